@@ -1,0 +1,31 @@
+# aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
+SHELL := /bin/bash
+
+.PHONY: all setup build data run test lint bench-data clean
+
+all: build
+
+setup:
+	scripts/setup
+
+build: setup
+	scripts/cargo build --release --workspace
+
+data: build
+	scripts/prepare-data
+
+run: data
+	scripts/run
+
+test: build data
+	scripts/test
+
+lint: setup
+	scripts/cargo fmt --all --check
+	scripts/cargo clippy --release --workspace --all-targets -- -D warnings
+
+bench-data: data
+	scripts/bench-data
+
+clean:
+	cargo clean

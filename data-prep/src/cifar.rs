@@ -1,0 +1,110 @@
+//! CIFAR-10 "binary version": `data_batch_1..5.bin` (train), `test_batch.bin` (val) and
+//! `batches.meta.txt` (class names). Each record is one label byte followed by a 32×32 RGB
+//! image stored as three 1024-byte channel planes — already the pack's CHW order.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::error::{PrepError, Result};
+use crate::pack::{split_path, Header, PackWriter, Source};
+
+/// Side of a CIFAR image.
+pub const CIFAR_SIDE: u32 = 32;
+/// Bytes of one record: label + 3×32×32 pixels.
+pub const CIFAR_RECORD: usize = 1 + 3 * 32 * 32;
+
+/// Reads the class names from `batches.meta.txt` (one per non-empty line).
+pub fn read_cifar_names(path: &Path) -> Result<Vec<String>> {
+    let text = fs::read_to_string(path).map_err(|e| PrepError::io(path, e))?;
+    let names: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    if names.is_empty() {
+        return Err(PrepError::format(
+            path,
+            "no class names (expected one per line)",
+        ));
+    }
+    Ok(names)
+}
+
+fn require(path: PathBuf, hint: &str) -> Result<PathBuf> {
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(PrepError::Missing {
+            path,
+            hint: hint.into(),
+        })
+    }
+}
+
+/// Appends every record of one CIFAR batch file to `writer`.
+fn push_batch_file(path: &Path, writer: &mut PackWriter, num_classes: u32) -> Result<()> {
+    let bytes = fs::read(path).map_err(|e| PrepError::io(path, e))?;
+    if bytes.is_empty() || bytes.len() % CIFAR_RECORD != 0 {
+        let records = bytes.len().div_ceil(CIFAR_RECORD).max(1);
+        return Err(PrepError::Truncated {
+            path: path.into(),
+            expected_bytes: (records * CIFAR_RECORD) as u64,
+            found_bytes: bytes.len() as u64,
+        });
+    }
+    for (i, record) in bytes.chunks_exact(CIFAR_RECORD).enumerate() {
+        let label = u32::from(record[0]);
+        if label >= num_classes {
+            return Err(PrepError::LabelOutOfRange {
+                path: path.into(),
+                index: i as u64,
+                label: label.into(),
+                num_classes: num_classes.into(),
+            });
+        }
+        writer.push(&record[1..], label, path)?;
+    }
+    Ok(())
+}
+
+/// Converts a CIFAR-10 binary folder into `out/train.aipk` and `out/val.aipk`.
+pub fn convert_cifar10(src: &Path, out: &Path) -> Result<Vec<Header>> {
+    let meta = require(
+        src.join("batches.meta.txt"),
+        "the CIFAR-10 binary version's class-name file; is this the 'cifar-10-batches-bin' folder?",
+    )?;
+    let names = read_cifar_names(&meta)?;
+    let num_classes = names.len() as u32;
+    let train: Vec<PathBuf> = (1..=5)
+        .map(|i| {
+            require(
+                src.join(format!("data_batch_{i}.bin")),
+                "one of the five CIFAR-10 training batches",
+            )
+        })
+        .collect::<Result<_>>()?;
+    let test = vec![require(
+        src.join("test_batch.bin"),
+        "the CIFAR-10 test batch",
+    )?];
+    let mut headers = Vec::new();
+    for (split, files) in [("train", train), ("val", test)] {
+        let shape = [3, CIFAR_SIDE, CIFAR_SIDE];
+        let mut writer = PackWriter::create(&split_path(out, split), split, shape, num_classes)?;
+        for f in &files {
+            push_batch_file(f, &mut writer, num_classes)?;
+        }
+        headers.push(writer.finish(
+            names.clone(),
+            Source {
+                kind: "cifar10".into(),
+                dataset: "cifar10".into(),
+                inputs: files.iter().map(|f| f.display().to_string()).collect(),
+                processing: "none (3x32x32)".into(),
+            },
+            0,
+        )?);
+    }
+    Ok(headers)
+}

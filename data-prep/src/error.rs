@@ -1,0 +1,114 @@
+//! The errors of dataset conversion and of reading packed files. Every variant names the file
+//! it is about and, where it can, what the user should do.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why a conversion or a packed file failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepError {
+    /// Reading or writing a file failed at the operating-system level.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file concerned.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// An input file or folder the converter needs does not exist.
+    #[error("{path}: not found ({hint})")]
+    Missing {
+        /// What was looked for.
+        path: PathBuf,
+        /// What the converter expected there.
+        hint: String,
+    },
+    /// A file does not start with the magic number of its format.
+    #[error(
+        "{path}: not {format} (magic number {found}, expected {expected}); is this the right file?"
+    )]
+    BadMagic {
+        /// The file concerned.
+        path: PathBuf,
+        /// The format that was expected.
+        format: &'static str,
+        /// The magic number that was expected, as text.
+        expected: String,
+        /// The magic number found, as text.
+        found: String,
+    },
+    /// A file is shorter (or longer) than its own header says.
+    #[error("{path}: truncated or corrupt: expected {expected_bytes} bytes, found {found_bytes}; re-download or re-create it")]
+    Truncated {
+        /// The file concerned.
+        path: PathBuf,
+        /// The size the header implies.
+        expected_bytes: u64,
+        /// The size found.
+        found_bytes: u64,
+    },
+    /// The image file and label file of a split hold different numbers of samples.
+    #[error("{images}: {n_images} images but {labels}: {n_labels} labels; the two files must come from the same split")]
+    CountMismatch {
+        /// The image file.
+        images: PathBuf,
+        /// Images in it.
+        n_images: u64,
+        /// The label file.
+        labels: PathBuf,
+        /// Labels in it.
+        n_labels: u64,
+    },
+    /// A label is not a valid class index.
+    #[error("{path}: sample {index} has label {label}, outside 0..{num_classes}")]
+    LabelOutOfRange {
+        /// The file concerned.
+        path: PathBuf,
+        /// The sample's index in that file.
+        index: u64,
+        /// The label found.
+        label: u64,
+        /// The number of classes.
+        num_classes: u64,
+    },
+    /// A JPEG could not be decoded.
+    #[error(
+        "{path}: unreadable JPEG ({reason}); pass --skip-bad to skip such files and count them"
+    )]
+    BadJpeg {
+        /// The image concerned.
+        path: PathBuf,
+        /// The decoder's complaint.
+        reason: String,
+    },
+    /// Any other violation of an input format.
+    #[error("{path}: {reason}")]
+    Format {
+        /// The file concerned.
+        path: PathBuf,
+        /// What is wrong and, where possible, how to fix it.
+        reason: String,
+    },
+}
+
+impl PrepError {
+    /// Wraps an I/O error with the path it concerns.
+    pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        PrepError::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    /// A format violation in `path`.
+    pub fn format(path: impl Into<PathBuf>, reason: impl Into<String>) -> Self {
+        PrepError::Format {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Result type of this crate.
+pub type Result<T, E = PrepError> = std::result::Result<T, E>;

@@ -1,0 +1,14 @@
+//! Dataset preparation for aiperf: converters from public dataset formats (IDX, CIFAR-10
+//! binary, ImageNet JPEG folders) into the packed `.aipk` format, and the reader that the
+//! training loader maps. This crate needs neither libtorch nor MPI.
+
+#![warn(missing_docs)]
+
+pub mod cifar;
+pub mod error;
+pub mod idx;
+pub mod imagenet;
+pub mod pack;
+
+pub use error::{PrepError, Result};
+pub use pack::{split_path, Header, Pack, PackWriter, Source};

@@ -1,0 +1,44 @@
+# shellcheck shell=bash
+# Shared settings for the aiperf scripts: where caches live and which libtorch the build uses.
+# Sourced, never run. Resolves LIBTORCH without installing anything (scripts/setup does that).
+
+AIPERF_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+AIPERF_CACHE="${AIPERF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aiperf}"
+# tch 0.26.0 checks for exactly this libtorch version.
+TORCH_VERSION="2.13.0"
+SLIM_LIBTORCH="$AIPERF_CACHE/libtorch-$TORCH_VERSION-cpu"
+AIPERF_DATA="${AIPERF_DATA:-$AIPERF_ROOT/data}"
+export AIPERF_ROOT AIPERF_CACHE TORCH_VERSION SLIM_LIBTORCH AIPERF_DATA
+
+say() { printf 'aiperf-setup: %s\n' "$*" >&2; }
+die() { printf 'aiperf-setup: error: %s\n' "$*" >&2; exit 1; }
+
+# Decide which libtorch the build links, in this order:
+#   1. LIBTORCH set by the user (e.g. a cluster's CUDA libtorch);
+#   2. LIBTORCH_USE_PYTORCH=1: the torch of the active Python / virtualenv (tch asks python3);
+#   3. the slim CPU libtorch that scripts/setup installs into the cache.
+resolve_libtorch() {
+    if [ -n "${LIBTORCH:-}" ]; then
+        AIPERF_LIBTORCH_SOURCE="LIBTORCH=$LIBTORCH"
+    elif [ "${LIBTORCH_USE_PYTORCH:-}" = "1" ]; then
+        AIPERF_LIBTORCH_SOURCE="LIBTORCH_USE_PYTORCH=1 ($(command -v python3 || echo 'no python3'))"
+    else
+        export LIBTORCH="$SLIM_LIBTORCH"
+        AIPERF_LIBTORCH_SOURCE="cached slim CPU libtorch $LIBTORCH"
+    fi
+    export AIPERF_LIBTORCH_SOURCE
+}
+
+# OpenMPI refuses root and more ranks than cores unless told; set both for local runs.
+mpi_local_env() {
+    if [ "$(id -u)" = 0 ]; then
+        export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    fi
+    export OMPI_MCA_rmaps_base_oversubscribe=1
+    # Idle ranks yield the core instead of busy-polling (matters when oversubscribed).
+    export OMPI_MCA_mpi_yield_when_idle=1
+}
+
+AIPERF_BIN="$AIPERF_ROOT/target/release/aiperf"
+AIPERF_DATA_PREP_BIN="$AIPERF_ROOT/target/release/aiperf-data-prep"
+export AIPERF_BIN AIPERF_DATA_PREP_BIN

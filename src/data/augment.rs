@@ -1,0 +1,485 @@
+//! Per-sample augmentation fused with normalisation: u8 C×H×W in, f32 C×H'×W' out, with the
+//! random choices drawn from a generator seeded per (seed, epoch, sample), so results do not
+//! depend on thread count or scheduling. Semantics follow torchvision's `RandomCrop(padding)`
+//! + `RandomHorizontalFlip`, `RandomResizedCrop` (bilinear) and `CenterCrop`.
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+/// The augmentation applied to each sample.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Augment {
+    /// Normalise only.
+    None,
+    /// Small images: pad by `pad` zero pixels on each side, random crop back to the stored
+    /// size, horizontal flip with probability ½.
+    CropFlip {
+        /// Zero padding in pixels on each side.
+        pad: u32,
+    },
+    /// ImageNet training: a random area/aspect crop resized (bilinear) to `size`×`size`,
+    /// horizontal flip with probability ½.
+    RandomResizedCrop {
+        /// Output side in pixels.
+        size: u32,
+        /// Range of the crop's area as a fraction of the image (torchvision: 0.08..1).
+        scale: (f32, f32),
+        /// Range of the crop's aspect ratio w/h (torchvision: 3/4..4/3).
+        ratio: (f32, f32),
+    },
+    /// Validation: the central `size`×`size` window.
+    CenterCrop {
+        /// Output side in pixels.
+        size: u32,
+    },
+}
+
+impl Augment {
+    /// torchvision's `RandomResizedCrop(size)` defaults.
+    pub fn random_resized_crop(size: u32) -> Self {
+        Augment::RandomResizedCrop {
+            size,
+            scale: (0.08, 1.0),
+            ratio: (3.0 / 4.0, 4.0 / 3.0),
+        }
+    }
+
+    /// Output (height, width) for stored images of `h`×`w`.
+    pub fn output_hw(&self, h: u32, w: u32) -> (u32, u32) {
+        match *self {
+            Augment::None | Augment::CropFlip { .. } => (h, w),
+            Augment::RandomResizedCrop { size, .. } | Augment::CenterCrop { size } => (size, size),
+        }
+    }
+
+    /// Whether this augmentation draws random numbers.
+    pub fn is_random(&self) -> bool {
+        matches!(
+            self,
+            Augment::CropFlip { .. } | Augment::RandomResizedCrop { .. }
+        )
+    }
+}
+
+impl std::str::FromStr for Augment {
+    type Err = String;
+
+    /// Parses `none`, `crop-flip:PAD`, `random-resized-crop:SIZE` or `center-crop:SIZE`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (name, arg) = s.split_once(':').unwrap_or((s, ""));
+        let number = |what: &str| {
+            arg.parse::<u32>().map_err(|_| {
+                format!("augmentation {s:?}: expected {name}:{what} with a whole number")
+            })
+        };
+        match name {
+            "none" if arg.is_empty() => Ok(Augment::None),
+            "crop-flip" => Ok(Augment::CropFlip { pad: number("PAD")? }),
+            "random-resized-crop" => Ok(Augment::random_resized_crop(number("SIZE")?)),
+            "center-crop" => Ok(Augment::CenterCrop { size: number("SIZE")? }),
+            _ => Err(format!(
+                "unknown augmentation {s:?}: use none, crop-flip:PAD, random-resized-crop:SIZE or center-crop:SIZE"
+            )),
+        }
+    }
+}
+
+/// Per-channel affine map from a u8 pixel to the normalised value: `p * scale + bias`,
+/// with `scale = 1 / (255 · std)` and `bias = −mean / std` (mean, std on the [0, 1] scale).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Affine {
+    /// Multiplier per channel.
+    pub scale: Vec<f32>,
+    /// Offset per channel (also the value of a zero padding pixel).
+    pub bias: Vec<f32>,
+}
+
+impl Affine {
+    /// From mean and standard deviation per channel, both on the [0, 1] scale.
+    pub fn from_mean_std(mean: &[f32], std: &[f32]) -> Self {
+        Affine {
+            scale: std.iter().map(|s| 1.0 / (255.0 * s)).collect(),
+            bias: mean.iter().zip(std).map(|(m, s)| -m / s).collect(),
+        }
+    }
+}
+
+/// Geometry of the sample being processed.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Channels.
+    pub c: usize,
+    /// Stored height.
+    pub h: usize,
+    /// Stored width.
+    pub w: usize,
+}
+
+/// Augments and normalises one sample `src` (C×H×W u8) into `out` (C×H'×W' f32).
+pub fn apply(
+    aug: &Augment,
+    src: &[u8],
+    shape: Shape,
+    affine: &Affine,
+    rng: &mut ChaCha8Rng,
+    out: &mut [f32],
+) {
+    match *aug {
+        Augment::None => crop_flip(src, shape, affine, (0, 0), 0, false, out),
+        Augment::CropFlip { pad } => {
+            let pad = pad as usize;
+            let oy = rng.random_range(0..=2 * pad);
+            let ox = rng.random_range(0..=2 * pad);
+            let flip = rng.random_bool(0.5);
+            crop_flip(src, shape, affine, (oy, ox), pad, flip, out)
+        }
+        Augment::CenterCrop { size } => {
+            let size = size as usize;
+            let (oy, ox) = ((shape.h - size) / 2, (shape.w - size) / 2);
+            window(src, shape, affine, (oy, ox), size, out)
+        }
+        Augment::RandomResizedCrop { size, scale, ratio } => {
+            let (y, x, h, w) = resized_crop_box(shape.h, shape.w, scale, ratio, rng);
+            let flip = rng.random_bool(0.5);
+            resize_bilinear(src, shape, affine, (y, x, h, w), size as usize, flip, out)
+        }
+    }
+}
+
+/// Pads by `pad` (zero pixels), crops the stored size at (`oy`, `ox`) of the padded image,
+/// optionally flips horizontally, normalises.
+fn crop_flip(
+    src: &[u8],
+    Shape { c, h, w }: Shape,
+    affine: &Affine,
+    (oy, ox): (usize, usize),
+    pad: usize,
+    flip: bool,
+    out: &mut [f32],
+) {
+    for ch in 0..c {
+        let (scale, bias) = (affine.scale[ch], affine.bias[ch]);
+        let plane = &src[ch * h * w..(ch + 1) * h * w];
+        for (y, row_out) in out[ch * h * w..(ch + 1) * h * w]
+            .chunks_exact_mut(w)
+            .enumerate()
+        {
+            let sy = (y + oy).wrapping_sub(pad);
+            if sy >= h {
+                row_out.fill(bias);
+                continue;
+            }
+            let row = &plane[sy * w..(sy + 1) * w];
+            // Output column x reads padded column x + ox, i.e. source column x + ox − pad;
+            // valid for x in [pad − ox, w + pad − ox) ∩ [0, w).
+            let lo = pad.saturating_sub(ox);
+            let hi = (w + pad).saturating_sub(ox).min(w);
+            let (src_lo, n) = (lo + ox - pad, hi.saturating_sub(lo));
+            let (head, rest) = row_out.split_at_mut(lo.min(w));
+            head.fill(bias);
+            let (mid, tail) = rest.split_at_mut(n);
+            tail.fill(bias);
+            for (o, &p) in mid.iter_mut().zip(&row[src_lo..src_lo + n]) {
+                *o = f32::from(p) * scale + bias;
+            }
+            if flip {
+                row_out.reverse();
+            }
+        }
+    }
+}
+
+/// The `size`×`size` window at (`oy`, `ox`), normalised.
+fn window(
+    src: &[u8],
+    Shape { c, h, w }: Shape,
+    affine: &Affine,
+    (oy, ox): (usize, usize),
+    size: usize,
+    out: &mut [f32],
+) {
+    for ch in 0..c {
+        let (scale, bias) = (affine.scale[ch], affine.bias[ch]);
+        let plane = &src[ch * h * w..(ch + 1) * h * w];
+        for (y, row_out) in out[ch * size * size..(ch + 1) * size * size]
+            .chunks_exact_mut(size)
+            .enumerate()
+        {
+            let row = &plane[(oy + y) * w + ox..(oy + y) * w + ox + size];
+            for (o, &p) in row_out.iter_mut().zip(row) {
+                *o = f32::from(p) * scale + bias;
+            }
+        }
+    }
+}
+
+/// torchvision's `RandomResizedCrop.get_params`: up to ten tries at a random area and
+/// log-uniform aspect ratio, then a central crop clamped to the ratio range.
+/// Returns (top, left, height, width).
+fn resized_crop_box(
+    h: usize,
+    w: usize,
+    scale: (f32, f32),
+    ratio: (f32, f32),
+    rng: &mut ChaCha8Rng,
+) -> (usize, usize, usize, usize) {
+    let area = (h * w) as f32;
+    let (log_lo, log_hi) = (ratio.0.ln(), ratio.1.ln());
+    for _ in 0..10 {
+        let target = area * rng.random_range(scale.0..=scale.1);
+        let aspect = rng.random_range(log_lo..=log_hi).exp();
+        let cw = (target * aspect).sqrt().round() as usize;
+        let ch = (target / aspect).sqrt().round() as usize;
+        if cw > 0 && ch > 0 && cw <= w && ch <= h {
+            let top = rng.random_range(0..=h - ch);
+            let left = rng.random_range(0..=w - cw);
+            return (top, left, ch, cw);
+        }
+    }
+    let in_ratio = w as f32 / h as f32;
+    let (ch, cw) = if in_ratio < ratio.0 {
+        (((w as f32 / ratio.0).round() as usize).clamp(1, h), w)
+    } else if in_ratio > ratio.1 {
+        (h, ((h as f32 * ratio.1).round() as usize).clamp(1, w))
+    } else {
+        (h, w)
+    };
+    ((h - ch) / 2, (w - cw) / 2, ch, cw)
+}
+
+/// One axis of a bilinear resize (half-pixel centres, like `align_corners=False`): for each
+/// output index, the two source indices and the weight of the second.
+fn bilinear_axis(
+    start: usize,
+    len: usize,
+    out_len: usize,
+    limit: usize,
+) -> Vec<(usize, usize, f32)> {
+    let step = len as f32 / out_len as f32;
+    (0..out_len)
+        .map(|o| {
+            let s = ((o as f32 + 0.5) * step - 0.5).max(0.0);
+            let i0 = (s.floor() as usize).min(len - 1);
+            let i1 = (i0 + 1).min(len - 1);
+            (start + i0, (start + i1).min(limit - 1), s - i0 as f32)
+        })
+        .collect()
+}
+
+/// Resizes the box (top, left, height, width) of `src` to `size`×`size`, bilinear, with an
+/// optional horizontal flip, normalised.
+fn resize_bilinear(
+    src: &[u8],
+    Shape { c, h, w }: Shape,
+    affine: &Affine,
+    (top, left, bh, bw): (usize, usize, usize, usize),
+    size: usize,
+    flip: bool,
+    out: &mut [f32],
+) {
+    let rows = bilinear_axis(top, bh, size, h);
+    let mut cols = bilinear_axis(left, bw, size, w);
+    if flip {
+        cols.reverse();
+    }
+    for ch in 0..c {
+        let (scale, bias) = (affine.scale[ch], affine.bias[ch]);
+        let plane = &src[ch * h * w..(ch + 1) * h * w];
+        for (row_out, &(y0, y1, wy)) in out[ch * size * size..(ch + 1) * size * size]
+            .chunks_exact_mut(size)
+            .zip(&rows)
+        {
+            let (r0, r1) = (&plane[y0 * w..(y0 + 1) * w], &plane[y1 * w..(y1 + 1) * w]);
+            for (o, &(x0, x1, wx)) in row_out.iter_mut().zip(&cols) {
+                let top = f32::from(r0[x0]) + (f32::from(r0[x1]) - f32::from(r0[x0])) * wx;
+                let bot = f32::from(r1[x0]) + (f32::from(r1[x1]) - f32::from(r1[x0])) * wx;
+                *o = (top + (bot - top) * wy) * scale + bias;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+
+    const UNIT: fn(usize) -> Affine = |c| Affine {
+        scale: vec![1.0; c],
+        bias: vec![0.0; c],
+    };
+
+    fn ramp(c: usize, h: usize, w: usize) -> Vec<u8> {
+        (0..c * h * w).map(|i| (i % 251) as u8).collect()
+    }
+
+    #[test]
+    fn augment_specs_parse_and_bad_ones_say_what_is_accepted() {
+        assert_eq!("none".parse::<Augment>(), Ok(Augment::None));
+        assert_eq!(
+            "crop-flip:4".parse::<Augment>(),
+            Ok(Augment::CropFlip { pad: 4 })
+        );
+        assert_eq!(
+            "center-crop:224".parse::<Augment>(),
+            Ok(Augment::CenterCrop { size: 224 })
+        );
+        assert_eq!(
+            "random-resized-crop:64".parse::<Augment>(),
+            Ok(Augment::random_resized_crop(64))
+        );
+        assert!("crop-flip:x"
+            .parse::<Augment>()
+            .unwrap_err()
+            .contains("crop-flip:PAD"));
+        assert!("blur"
+            .parse::<Augment>()
+            .unwrap_err()
+            .contains("unknown augmentation"));
+    }
+
+    #[test]
+    fn none_is_plain_normalisation() {
+        let shape = Shape { c: 2, h: 3, w: 4 };
+        let src = ramp(2, 3, 4);
+        let aff = Affine::from_mean_std(&[0.5, 0.25], &[0.5, 0.125]);
+        let mut out = vec![0.0; 24];
+        apply(
+            &Augment::None,
+            &src,
+            shape,
+            &aff,
+            &mut ChaCha8Rng::seed_from_u64(0),
+            &mut out,
+        );
+        for (i, (&o, &p)) in out.iter().zip(&src).enumerate() {
+            let (m, s) = if i < 12 { (0.5, 0.5) } else { (0.25, 0.125) };
+            assert!(
+                (o - (f32::from(p) / 255.0 - m) / s).abs() < 1e-5,
+                "element {i}"
+            );
+        }
+    }
+
+    /// Reference: explicit zero padding, crop, flip — the torchvision definition.
+    fn crop_flip_reference(
+        src: &[u8],
+        s: Shape,
+        pad: usize,
+        oy: usize,
+        ox: usize,
+        flip: bool,
+    ) -> Vec<f32> {
+        let (ph, pw) = (s.h + 2 * pad, s.w + 2 * pad);
+        let mut out = vec![0.0; s.c * s.h * s.w];
+        for c in 0..s.c {
+            let mut padded = vec![0u8; ph * pw];
+            for y in 0..s.h {
+                for x in 0..s.w {
+                    padded[(y + pad) * pw + x + pad] = src[c * s.h * s.w + y * s.w + x];
+                }
+            }
+            for y in 0..s.h {
+                for x in 0..s.w {
+                    let cx = if flip { s.w - 1 - x } else { x };
+                    out[c * s.h * s.w + y * s.w + x] = f32::from(padded[(y + oy) * pw + cx + ox]);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn crop_flip_matches_pad_crop_flip_definition_for_every_offset() {
+        let s = Shape { c: 3, h: 5, w: 7 };
+        let src = ramp(3, 5, 7);
+        let pad = 2;
+        for oy in 0..=2 * pad {
+            for ox in 0..=2 * pad {
+                for flip in [false, true] {
+                    let mut out = vec![f32::NAN; 3 * 5 * 7];
+                    crop_flip(&src, s, &UNIT(3), (oy, ox), pad, flip, &mut out);
+                    assert_eq!(
+                        out,
+                        crop_flip_reference(&src, s, pad, oy, ox, flip),
+                        "oy={oy} ox={ox} flip={flip}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn center_crop_takes_the_middle() {
+        let s = Shape { c: 1, h: 6, w: 6 };
+        let src = ramp(1, 6, 6);
+        let mut out = vec![0.0; 4];
+        apply(
+            &Augment::CenterCrop { size: 2 },
+            &src,
+            s,
+            &UNIT(1),
+            &mut ChaCha8Rng::seed_from_u64(0),
+            &mut out,
+        );
+        assert_eq!(out, vec![14.0, 15.0, 20.0, 21.0]);
+    }
+
+    #[test]
+    fn bilinear_identity_size_reproduces_the_image() {
+        let s = Shape { c: 2, h: 8, w: 8 };
+        let src = ramp(2, 8, 8);
+        let mut out = vec![0.0; 128];
+        resize_bilinear(&src, s, &UNIT(2), (0, 0, 8, 8), 8, false, &mut out);
+        let want: Vec<f32> = src.iter().map(|&p| f32::from(p)).collect();
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn bilinear_axis_uses_half_pixel_centres_and_clamps_at_the_edge() {
+        // Downscale by two: output o samples source 2o + 0.5, halfway between 2o and 2o + 1.
+        assert_eq!(bilinear_axis(0, 4, 2, 4), vec![(0, 1, 0.5), (2, 3, 0.5)]);
+        // Upscale a 2-pixel box at offset 3 of a 5-pixel row: the last neighbour clamps.
+        assert_eq!(
+            bilinear_axis(3, 2, 4, 5),
+            vec![(3, 4, 0.0), (3, 4, 0.25), (3, 4, 0.75), (4, 4, 0.25)]
+        );
+    }
+
+    #[test]
+    fn resized_crop_box_stays_inside_and_respects_ranges() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for i in 0..2000 {
+            let (h, w) = (17 + i % 50, 23 + (i * 7) % 60);
+            let (t, l, bh, bw) = resized_crop_box(h, w, (0.08, 1.0), (0.75, 4.0 / 3.0), &mut rng);
+            assert!(
+                bh >= 1 && bw >= 1 && t + bh <= h && l + bw <= w,
+                "box {t},{l},{bh},{bw} in {h}x{w}"
+            );
+        }
+        // An extreme image (aspect 10) falls back to the central crop clamped to ratio 4/3.
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let (t, l, bh, bw) = resized_crop_box(10, 100, (0.99, 1.0), (0.75, 4.0 / 3.0), &mut rng);
+        assert_eq!((t, bh, bw), (0, 10, 13));
+        assert_eq!(l, (100 - 13) / 2);
+    }
+
+    #[test]
+    fn random_resized_crop_output_is_within_pixel_range() {
+        let s = Shape { c: 3, h: 40, w: 30 };
+        let src = ramp(3, 40, 30);
+        let mut out = vec![f32::NAN; 3 * 16 * 16];
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for _ in 0..50 {
+            apply(
+                &Augment::random_resized_crop(16),
+                &src,
+                s,
+                &UNIT(3),
+                &mut rng,
+                &mut out,
+            );
+            assert!(out.iter().all(|v| (0.0..=250.0).contains(v)));
+        }
+    }
+}

@@ -1,0 +1,41 @@
+//! Training data: packed splits (from `aiperf-data-prep`) loaded per rank — each rank's
+//! share of every global batch, seeded per-epoch shuffling, augmentation and normalisation
+//! on worker threads with bounded prefetch, and conversion to libtorch tensors.
+
+mod augment;
+mod loader;
+mod tensor;
+
+pub use aiperf_data_prep::{split_path, Header, Pack};
+pub use augment::Augment;
+pub use loader::{epoch_order, shard_range, Batch, EpochIter, Loader, LoaderConfig};
+
+/// Why data could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// The packed file is missing, corrupt or of another version.
+    #[error(transparent)]
+    Pack(#[from] aiperf_data_prep::PrepError),
+    /// The loader's settings do not fit the data.
+    #[error("data loader: {0}")]
+    Config(String),
+    /// libtorch refused a tensor operation.
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+}
+
+/// Opens `<dir>/<split>.aipk`, with a hint to run the data preparation if it is missing.
+pub fn open_split(dir: &std::path::Path, split: &str) -> Result<std::sync::Arc<Pack>, DataError> {
+    let path = split_path(dir, split);
+    if !path.exists() {
+        return Err(DataError::Config(format!(
+            "{} not found: prepare the dataset first, e.g. `aiperf-data-prep fashion-mnist --src /usr/share/datasets/fashion-mnist --out {}`",
+            path.display(),
+            dir.display()
+        )));
+    }
+    Ok(std::sync::Arc::new(Pack::open(&path)?))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,8 @@
+//! aiperf: the AIPerf benchmark (AutoML on every accelerator of a machine, scored in
+//! sustained operations per second) as an MPI + libtorch program. This library holds the
+//! logic; `src/main.rs` only parses the command line and dispatches.
+
+#![warn(missing_docs)]
+
+pub mod data;
+pub mod platform;

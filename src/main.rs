@@ -1,0 +1,162 @@
+//! The `aiperf` command line: parses arguments and dispatches into the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use aiperf::data::{open_split, Augment, Loader, LoaderConfig};
+use aiperf::platform::Platform;
+use anyhow::bail;
+use clap::{Parser, Subcommand};
+use mpi::traits::Communicator;
+
+/// AIPerf: an AutoML benchmark for AI supercomputers.
+#[derive(Parser, Debug)]
+#[command(name = "aiperf", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Report what this build and machine provide (libtorch, CUDA, MPI, HDF5), per rank.
+    Doctor {
+        /// One JSON object per rank instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a prepared dataset: verify its checksum, run the loader over it, report
+    /// throughput and the statistics of the normalised tensors.
+    DataCheck(DataCheckArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct DataCheckArgs {
+    /// Folder holding train.aipk / val.aipk (from aiperf-data-prep).
+    #[arg(long)]
+    data: PathBuf,
+    /// Split to load.
+    #[arg(long, default_value = "train")]
+    split: String,
+    /// Global batch size.
+    #[arg(long, default_value_t = 256)]
+    batch: usize,
+    /// Loader worker threads.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// none, crop-flip:PAD, random-resized-crop:SIZE or center-crop:SIZE.
+    #[arg(long, default_value = "none")]
+    augment: Augment,
+    /// Epochs to run.
+    #[arg(long, default_value_t = 1)]
+    epochs: u64,
+    /// Shuffle seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn doctor(json: bool) -> anyhow::Result<()> {
+    let Some(universe) = mpi::initialize() else {
+        bail!("MPI was already initialised");
+    };
+    let world = universe.world();
+    let library = mpi::environment::library_version().unwrap_or_else(|_| "unknown".into());
+    let library = library.lines().next().unwrap_or("").trim().to_string();
+    let p = Platform::probe(library, world.size(), world.rank());
+    if json {
+        println!("{}", serde_json::to_string(&p)?);
+    } else {
+        println!(
+            "rank {}/{} on {} ({} cpus): aiperf {}, libtorch {} (cuda: {}, {} device(s), {} threads), MPI {}, HDF5 {}",
+            p.mpi_rank,
+            p.mpi_world_size,
+            p.host,
+            p.cpus,
+            p.aiperf_version,
+            p.libtorch_lib,
+            p.cuda_available,
+            p.cuda_devices,
+            p.torch_threads,
+            p.mpi_library,
+            p.hdf5_version
+        );
+    }
+    Ok(())
+}
+
+fn data_check(a: DataCheckArgs) -> anyhow::Result<()> {
+    let pack = open_split(&a.data, &a.split)?;
+    let h = pack.header().clone();
+    let t = Instant::now();
+    pack.verify()?;
+    println!(
+        "{}: {} {} images {}x{}x{}, {} classes, checksum ok ({:.2} s)",
+        pack.path().display(),
+        h.num_samples,
+        h.source.dataset,
+        h.channels,
+        h.height,
+        h.width,
+        h.num_classes,
+        t.elapsed().as_secs_f64()
+    );
+    let cfg = LoaderConfig {
+        global_batch: a.batch,
+        seed: a.seed,
+        augment: a.augment,
+        workers: a.workers,
+        ..LoaderConfig::default()
+    };
+    let loader = Loader::new(pack, cfg)?;
+    for epoch in 0..a.epochs {
+        let t = Instant::now();
+        let (mut images, mut sum, mut sq) = (0usize, 0f64, 0f64);
+        let mut seen = vec![false; h.num_samples as usize];
+        for batch in loader.epoch(epoch) {
+            let (x, _y) = batch.to_tensors(tch::Device::Cpu)?;
+            sum += x.f_sum(tch::Kind::Double)?.f_double_value(&[])?;
+            sq += x
+                .f_square()?
+                .f_sum(tch::Kind::Double)?
+                .f_double_value(&[])?;
+            images += batch.len();
+            for i in batch.indices {
+                if std::mem::replace(&mut seen[i], true) {
+                    bail!("epoch {epoch}: sample {i} delivered twice");
+                }
+            }
+        }
+        if images != h.num_samples as usize {
+            bail!(
+                "epoch {epoch}: delivered {images} of {} samples",
+                h.num_samples
+            );
+        }
+        let n = (images * loader.sample_shape().iter().product::<usize>()) as f64;
+        let mean = sum / n;
+        let secs = t.elapsed().as_secs_f64();
+        println!(
+            "epoch {epoch}: {images} images in {secs:.2} s ({:.0} images/s); normalised mean {mean:+.4}, std {:.4}",
+            images as f64 / secs,
+            (sq / n - mean * mean).max(0.0).sqrt()
+        );
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Doctor { json } => doctor(json),
+        Command::DataCheck(a) => data_check(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("aiperf: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! What this build and machine provide — libtorch and its devices, the MPI library and
+//! world, HDF5 — reported by `aiperf doctor` so a user can check a cluster build at a glance.
+
+use serde::Serialize;
+
+/// The directory of the libtorch this binary was linked against (its rpath).
+pub const LIBTORCH_LIB: &str = env!("AIPERF_LIBTORCH_LIB");
+
+/// A snapshot of the platform, as seen from one rank.
+#[derive(Clone, Debug, Serialize)]
+pub struct Platform {
+    /// aiperf's version.
+    pub aiperf_version: String,
+    /// The libtorch library directory linked in.
+    pub libtorch_lib: String,
+    /// Whether libtorch sees a CUDA device.
+    pub cuda_available: bool,
+    /// Number of CUDA devices visible to this process.
+    pub cuda_devices: i64,
+    /// libtorch's intra-op thread count.
+    pub torch_threads: i32,
+    /// The MPI library's own version string.
+    pub mpi_library: String,
+    /// MPI world size.
+    pub mpi_world_size: i32,
+    /// This process's MPI rank.
+    pub mpi_rank: i32,
+    /// The HDF5 library version.
+    pub hdf5_version: String,
+    /// Host name.
+    pub host: String,
+    /// Logical CPUs available to this process.
+    pub cpus: usize,
+}
+
+impl Platform {
+    /// Probes libtorch, HDF5 and the host; MPI facts come from the caller's world.
+    pub fn probe(mpi_library: String, mpi_world_size: i32, mpi_rank: i32) -> Self {
+        let (a, b, c) = hdf5::library_version();
+        Platform {
+            aiperf_version: env!("CARGO_PKG_VERSION").into(),
+            libtorch_lib: LIBTORCH_LIB.into(),
+            cuda_available: tch::Cuda::is_available(),
+            cuda_devices: tch::Cuda::device_count(),
+            torch_threads: tch::get_num_threads(),
+            mpi_library,
+            mpi_world_size,
+            mpi_rank,
+            hdf5_version: format!("{a}.{b}.{c}"),
+            host: std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "unknown".into()),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
