@@ -10,8 +10,8 @@ SLIM_LIBTORCH="$AIPERF_CACHE/libtorch-$TORCH_VERSION-cpu"
 AIPERF_DATA="${AIPERF_DATA:-$AIPERF_ROOT/data}"
 export AIPERF_ROOT AIPERF_CACHE TORCH_VERSION SLIM_LIBTORCH AIPERF_DATA
 
-say() { printf 'aiperf-setup: %s\n' "$*" >&2; }
-die() { printf 'aiperf-setup: error: %s\n' "$*" >&2; exit 1; }
+say() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
+die() { printf '%s: error: %s\n' "${0##*/}" "$*" >&2; exit 1; }
 
 # Decide which libtorch the build links, in this order:
 #   1. LIBTORCH set by the user (e.g. a cluster's CUDA libtorch);

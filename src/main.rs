@@ -62,7 +62,13 @@ fn doctor(json: bool) -> anyhow::Result<()> {
     };
     let world = universe.world();
     let library = mpi::environment::library_version().unwrap_or_else(|_| "unknown".into());
-    let library = library.lines().next().unwrap_or("").trim().to_string();
+    // OpenMPI: "Open MPI v4.1.4, package: ..., ident: ..."; keep the name and version.
+    let library = library
+        .split([',', '\n'])
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
     let p = Platform::probe(library, world.size(), world.rank());
     if json {
         println!("{}", serde_json::to_string(&p)?);

@@ -344,7 +344,7 @@ impl Pack {
             ));
         }
         let (h_off, h_len) = (word(16), word(24));
-        let h_end = h_off.checked_add(h_len).unwrap_or(u64::MAX);
+        let h_end = h_off.saturating_add(h_len);
         if h_end > len || h_off < IMAGES_OFFSET {
             return Err(PrepError::Truncated {
                 path: path.into(),

@@ -1,0 +1,131 @@
+//! The `aiperf` binary as users run it: `data-check` on a prepared split and `doctor` under
+//! a real `mpirun` with two ranks.
+
+use std::path::Path;
+use std::process::Command;
+
+use aiperf_data_prep::{split_path, PackWriter, Source};
+
+fn aiperf() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_aiperf"))
+}
+
+fn write_split(dir: &Path, split: &str, n: usize) {
+    let path = split_path(dir, split);
+    let mut w = PackWriter::create(&path, split, [3, 6, 6], 4).unwrap();
+    for i in 0..n {
+        let img: Vec<u8> = (0..108).map(|p| ((i * 13 + p * 5) % 256) as u8).collect();
+        w.push(&img, (i % 4) as u32, &path).unwrap();
+    }
+    let src = Source {
+        kind: "test".into(),
+        dataset: "tiny".into(),
+        inputs: vec![],
+        processing: String::new(),
+    };
+    w.finish((0..4).map(|c| format!("c{c}")).collect(), src, 0)
+        .unwrap();
+}
+
+#[test]
+fn data_check_runs_every_sample_through_the_loader() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_split(tmp.path(), "train", 100);
+    let out = aiperf()
+        .args([
+            "data-check",
+            "--batch",
+            "16",
+            "--epochs",
+            "2",
+            "--augment",
+            "crop-flip:1",
+            "--data",
+        ])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("100 tiny images 3x6x6, 4 classes, checksum ok"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("epoch 0: 100 images") && stdout.contains("epoch 1: 100 images"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn data_check_reports_bad_input_and_exits_nonzero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = aiperf()
+        .args(["data-check", "--data"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("train.aipk not found") && err.contains("aiperf-data-prep"),
+        "{err}"
+    );
+
+    write_split(tmp.path(), "train", 10);
+    let out = aiperf()
+        .args(["data-check", "--augment", "center-crop:9", "--data"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("does not fit the 6x6 images"));
+
+    let out = aiperf()
+        .args(["data-check", "--augment", "sharpen", "--data"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap usage error");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown augmentation"));
+}
+
+#[test]
+fn doctor_under_mpirun_reports_every_rank() {
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let out = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .args(["2", "doctor", "--json"])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (is OpenMPI installed? run scripts/setup)",
+                launcher.display()
+            )
+        });
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut ranks: Vec<i64> = stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+            assert_eq!(v["mpi_world_size"], 2);
+            assert!(v["hdf5_version"].as_str().unwrap().starts_with("1."));
+            assert!(Path::new(v["libtorch_lib"].as_str().unwrap())
+                .join("libtorch_cpu.so")
+                .exists());
+            v["mpi_rank"].as_i64().unwrap()
+        })
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, vec![0, 1]);
+}
