@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup build data run test lint bench-data clean
+.PHONY: all setup build data run test lint bench-data bench-ops clean
 
 all: build
 
@@ -17,7 +17,7 @@ data: build
 run: data
 	scripts/run
 
-test: build data
+test: build
 	scripts/test
 
 lint: setup
@@ -26,6 +26,9 @@ lint: setup
 
 bench-data: data
 	scripts/bench-data
+
+bench-ops: build
+	scripts/bench-ops
 
 clean:
 	cargo clean

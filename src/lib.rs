@@ -4,5 +4,8 @@
 
 #![warn(missing_docs)]
 
+pub mod arch;
 pub mod data;
+pub mod model;
+pub mod ops;
 pub mod platform;

@@ -4,9 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use aiperf::arch::{self, Graph, Shape};
 use aiperf::data::{open_split, Augment, Loader, LoaderConfig};
+use aiperf::ops::OpCount;
 use aiperf::platform::Platform;
-use anyhow::bail;
+use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use mpi::traits::Communicator;
 
@@ -29,6 +31,25 @@ enum Command {
     /// Check a prepared dataset: verify its checksum, run the loader over it, report
     /// throughput and the statistics of the normalised tensors.
     DataCheck(DataCheckArgs),
+    /// Count the operations of an architecture per layer (DESIGN.md §4): a built-in
+    /// (resnet50, resnet20, resnet18) or an IR JSON file.
+    Ops(OpsArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct OpsArgs {
+    /// resnet50, resnet20, resnet18, or a path to an architecture JSON file.
+    #[arg(long)]
+    arch: String,
+    /// Input size HxWxC for a built-in architecture (default 224x224x3).
+    #[arg(long)]
+    input: Option<Shape>,
+    /// Number of classes for a built-in architecture (default 1000).
+    #[arg(long)]
+    classes: Option<u32>,
+    /// Print JSON (per-layer counts and totals) instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -151,12 +172,64 @@ fn data_check(a: DataCheckArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The architecture `aiperf ops` was asked about.
+fn ops_graph(a: &OpsArgs) -> anyhow::Result<Graph> {
+    let input = a.input.unwrap_or(Shape::new(3, 224, 224));
+    let classes = a.classes.unwrap_or(1000);
+    if classes == 0 {
+        bail!("--classes must be at least 1");
+    }
+    if let Some(g) = arch::by_name(&a.arch, input, classes) {
+        return Ok(g);
+    }
+    let path = std::path::Path::new(&a.arch);
+    if !path.is_file() {
+        bail!(
+            "--arch {:?}: neither a built-in architecture (resnet50, resnet20, resnet18) nor a file",
+            a.arch
+        );
+    }
+    if a.input.is_some() || a.classes.is_some() {
+        bail!(
+            "--arch {}: an architecture file fixes its input and classes; drop --input/--classes",
+            a.arch
+        );
+    }
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Graph::from_json(&text)
+        .with_context(|| format!("{} is not a valid architecture", path.display()))
+}
+
+fn ops(a: OpsArgs) -> anyhow::Result<()> {
+    let graph = ops_graph(&a)?;
+    let count = OpCount::of(&graph)?;
+    if a.json {
+        let out = serde_json::json!({
+            "input": graph.input_shape(),
+            "classes": graph.num_classes(),
+            "params": count.params,
+            "fp_per_image": count.fp_per_image,
+            "bp_per_image": count.bp_per_image,
+            "train_per_image": count.train_per_image(),
+            "update_per_step": count.update_per_step(),
+            "softmax_fp": count.softmax_fp,
+            "layers": count.layers,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!("{}", count.table());
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Doctor { json } => doctor(json),
         Command::DataCheck(a) => data_check(a),
+        Command::Ops(a) => ops(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -129,3 +129,110 @@ fn doctor_under_mpirun_reports_every_rank() {
     ranks.sort();
     assert_eq!(ranks, vec![0, 1]);
 }
+
+#[test]
+fn ops_prints_the_resnet50_reference_counts() {
+    let out = aiperf()
+        .args([
+            "ops",
+            "--arch",
+            "resnet50",
+            "--input",
+            "224x224x3",
+            "--classes",
+            "1000",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("stage2.block0.1.conv"), "{stdout}");
+    let total = stdout
+        .lines()
+        .find(|l| l.starts_with("FP per image"))
+        .unwrap();
+    assert!(total.ends_with("7,806,583,495"), "{total}");
+    let params = stdout
+        .lines()
+        .find(|l| l.starts_with("parameters"))
+        .unwrap();
+    assert!(params.ends_with("25,557,032"), "{params}");
+
+    let out = aiperf()
+        .args(["ops", "--arch", "resnet50", "--json"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["fp_per_image"], 7_806_583_495u64);
+    assert_eq!(
+        v["layers"].as_array().unwrap().len(),
+        1 + 53 + 53 + 1 + 49 + 16 + 2
+    );
+}
+
+#[test]
+fn ops_reads_an_architecture_file_and_rejects_bad_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let builtin = aiperf()
+        .args([
+            "ops",
+            "--arch",
+            "resnet20",
+            "--input",
+            "32x32x3",
+            "--classes",
+            "10",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let builtin: serde_json::Value = serde_json::from_slice(&builtin.stdout).unwrap();
+    let g = aiperf::arch::by_name("resnet20", aiperf::arch::Shape::new(3, 32, 32), 10).unwrap();
+    let file = tmp.path().join("model.json");
+    std::fs::write(&file, g.to_json()).unwrap();
+    let out = aiperf()
+        .args(["ops", "--json", "--arch"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_file: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(from_file, builtin);
+
+    let mut broken = g.clone();
+    broken.nodes[3].inputs = vec![7];
+    std::fs::write(&file, broken.to_json()).unwrap();
+    let out = aiperf()
+        .args(["ops", "--arch"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("model.json is not a valid architecture") && err.contains("node 3"),
+        "{err}"
+    );
+
+    let out = aiperf()
+        .args(["ops", "--arch", "resnet51"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("neither a built-in architecture"));
+
+    let out = aiperf()
+        .args(["ops", "--arch", "resnet50", "--input", "224x224"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected HxWxC"));
+}
