@@ -9,3 +9,4 @@ pub mod data;
 pub mod model;
 pub mod ops;
 pub mod platform;
+pub mod search;

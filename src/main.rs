@@ -34,6 +34,34 @@ enum Command {
     /// Count the operations of an architecture per layer (DESIGN.md §4): a built-in
     /// (resnet50, resnet20, resnet18) or an IR JSON file.
     Ops(OpsArgs),
+    /// Run the architecture search and TPE against a synthetic accuracy model (no training)
+    /// and print the trajectory.
+    SearchSim(SearchSimArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct SearchSimArgs {
+    /// Start architecture: resnet20, resnet18 or resnet50.
+    #[arg(long, default_value = "resnet20")]
+    start: String,
+    /// Input size HxWxC.
+    #[arg(long, default_value = "32x32x3")]
+    input: Shape,
+    /// Number of classes.
+    #[arg(long, default_value_t = 10)]
+    classes: u32,
+    /// Trials to simulate.
+    #[arg(long, default_value_t = 30)]
+    trials: u64,
+    /// Threads of the search's rayon pool.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Seed of the search, TPE and the synthetic model.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// One JSON object per trial instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -172,6 +200,81 @@ fn data_check(a: DataCheckArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+fn search_sim(a: SearchSimArgs) -> anyhow::Result<()> {
+    use aiperf::search::{sim, BayesConfig, BayesOptimizer, Space, Tpe, TpeConfig};
+    let Some(start) = arch::by_name(&a.start, a.input, a.classes) else {
+        bail!("--start {:?}: use resnet20, resnet18 or resnet50", a.start);
+    };
+    OpCount::of(&start)
+        .with_context(|| format!("--start {} does not fit --input {}", a.start, a.input))?;
+    let cfg = BayesConfig {
+        threads: a.threads,
+        seed: a.seed,
+        ..BayesConfig::default()
+    };
+    let optimizer = BayesOptimizer::new(cfg).map_err(anyhow::Error::msg)?;
+    let mut tpe = Tpe::new(
+        TpeConfig {
+            seed: a.seed,
+            ..TpeConfig::default()
+        },
+        Space::default(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    if !a.json {
+        println!(
+            "{:>5} {:>6} {:>5} {:>4} {:>15} {:>8} {:>10} {:>11} {:>9}  morphisms",
+            "trial",
+            "father",
+            "batch",
+            "k",
+            "predicted",
+            "accuracy",
+            "GFLOP/img",
+            "params",
+            "search s"
+        );
+    }
+    let trials = sim::simulate(&start, a.trials, &optimizer, &mut tpe, a.seed, |t| {
+        if a.json {
+            println!("{}", serde_json::to_string(t).expect("trial serialises"));
+            return;
+        }
+        let predicted = t
+            .predicted
+            .map_or("-".into(), |(m, s)| format!("{m:.4}±{s:.4}"));
+        println!(
+            "{:>5} {:>6} {:>5} {:>4} {:>15} {:>8.4} {:>10.3} {:>11} {:>9.3}  {}",
+            t.trial,
+            t.father.map_or("-".into(), |f| f.to_string()),
+            t.hparams.batch_size,
+            t.hparams.kernel_size,
+            predicted,
+            t.accuracy,
+            t.fp_per_image as f64 / 1e9,
+            aiperf::ops::group_digits(t.params.into()),
+            t.generate_s,
+            sim::describe(&t.morphisms)
+        );
+    });
+    if !a.json {
+        let best = trials
+            .iter()
+            .max_by(|x, y| x.accuracy.total_cmp(&y.accuracy))
+            .expect("at least one trial");
+        let search_s: f64 = trials.iter().map(|t| t.generate_s).sum();
+        println!(
+            "best: trial {} accuracy {:.4}; {} trials, {:.3} s in the search ({} thread(s))",
+            best.trial,
+            best.accuracy,
+            trials.len(),
+            search_s,
+            a.threads
+        );
+    }
+    Ok(())
+}
+
 /// The architecture `aiperf ops` was asked about.
 fn ops_graph(a: &OpsArgs) -> anyhow::Result<Graph> {
     let input = a.input.unwrap_or(Shape::new(3, 224, 224));
@@ -230,6 +333,7 @@ fn main() -> ExitCode {
         Command::Doctor { json } => doctor(json),
         Command::DataCheck(a) => data_check(a),
         Command::Ops(a) => ops(a),
+        Command::SearchSim(a) => search_sim(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

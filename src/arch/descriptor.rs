@@ -4,19 +4,21 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Graph, Layer};
+use super::{Graph, Layer, LayerKind};
 
 /// A main-chain layer as the distance sees it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ChainLayer {
-    /// The layer kind (`conv2d`, `batch_norm`, ...).
-    pub kind: String,
+    /// The layer kind.
+    pub kind: LayerKind,
     /// Output channels of a convolution or features of a dense layer; 0 otherwise.
     pub width: u32,
     /// Kernel side of a convolution or pooling window; 0 otherwise.
     pub kernel: u32,
     /// Stride of a convolution or pooling window; 0 otherwise.
     pub stride: u32,
+    /// Padding of a convolution or pooling window; 0 otherwise.
+    pub padding: u32,
 }
 
 /// How a skip connection merges.
@@ -71,22 +73,27 @@ impl Graph {
         let layers = chain[1..]
             .iter()
             .map(|&n| {
-                let (width, kernel, stride) = match self.nodes[n].layer {
+                let (width, kernel, stride, padding) = match self.nodes[n].layer {
                     Layer::Conv2d {
                         out_channels,
                         kernel,
                         stride,
-                        ..
-                    } => (out_channels, kernel, stride),
-                    Layer::Dense { out_features } => (out_features, 0, 0),
-                    Layer::MaxPool { kernel, stride, .. } => (0, kernel, stride),
-                    _ => (0, 0, 0),
+                        padding,
+                    } => (out_channels, kernel, stride, padding),
+                    Layer::Dense { out_features } => (out_features, 0, 0, 0),
+                    Layer::MaxPool {
+                        kernel,
+                        stride,
+                        padding,
+                    } => (0, kernel, stride, padding),
+                    _ => (0, 0, 0, 0),
                 };
                 ChainLayer {
-                    kind: self.nodes[n].layer.kind().into(),
+                    kind: self.nodes[n].layer.layer_kind(),
                     width,
                     kernel,
                     stride,
+                    padding,
                 }
             })
             .collect();

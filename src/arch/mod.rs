@@ -107,20 +107,66 @@ pub enum Layer {
     Concat,
 }
 
+/// The kind of a layer, without its parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerKind {
+    /// [`Layer::Input`].
+    Input,
+    /// [`Layer::Conv2d`].
+    Conv2d,
+    /// [`Layer::BatchNorm`].
+    BatchNorm,
+    /// [`Layer::Relu`].
+    Relu,
+    /// [`Layer::MaxPool`].
+    MaxPool,
+    /// [`Layer::GlobalAvgPool`].
+    GlobalAvgPool,
+    /// [`Layer::Dense`].
+    Dense,
+    /// [`Layer::Add`].
+    Add,
+    /// [`Layer::Concat`].
+    Concat,
+}
+
+impl LayerKind {
+    /// Short lower-case name, as in the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LayerKind::Input => "input",
+            LayerKind::Conv2d => "conv2d",
+            LayerKind::BatchNorm => "batch_norm",
+            LayerKind::Relu => "relu",
+            LayerKind::MaxPool => "max_pool",
+            LayerKind::GlobalAvgPool => "global_avg_pool",
+            LayerKind::Dense => "dense",
+            LayerKind::Add => "add",
+            LayerKind::Concat => "concat",
+        }
+    }
+}
+
 impl Layer {
+    /// The layer's kind.
+    pub fn layer_kind(&self) -> LayerKind {
+        match self {
+            Layer::Input { .. } => LayerKind::Input,
+            Layer::Conv2d { .. } => LayerKind::Conv2d,
+            Layer::BatchNorm => LayerKind::BatchNorm,
+            Layer::Relu => LayerKind::Relu,
+            Layer::MaxPool { .. } => LayerKind::MaxPool,
+            Layer::GlobalAvgPool => LayerKind::GlobalAvgPool,
+            Layer::Dense { .. } => LayerKind::Dense,
+            Layer::Add => LayerKind::Add,
+            Layer::Concat => LayerKind::Concat,
+        }
+    }
+
     /// Short lower-case name of the layer's kind.
     pub fn kind(&self) -> &'static str {
-        match self {
-            Layer::Input { .. } => "input",
-            Layer::Conv2d { .. } => "conv2d",
-            Layer::BatchNorm => "batch_norm",
-            Layer::Relu => "relu",
-            Layer::MaxPool { .. } => "max_pool",
-            Layer::GlobalAvgPool => "global_avg_pool",
-            Layer::Dense { .. } => "dense",
-            Layer::Add => "add",
-            Layer::Concat => "concat",
-        }
+        self.layer_kind().as_str()
     }
 }
 

@@ -269,10 +269,11 @@ fn resnet50_descriptor_has_its_sixteen_shortcuts() {
     assert_eq!(
         d.layers[0],
         ChainLayer {
-            kind: "conv2d".into(),
+            kind: LayerKind::Conv2d,
             width: 64,
             kernel: 7,
-            stride: 2
+            stride: 2,
+            padding: 3
         }
     );
     assert_eq!(d.layers.last().unwrap().width, 1000);
