@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup build data run test lint bench-data bench-ops clean
+.PHONY: all setup build data run test lint bench-data bench-ops bench-search clean
 
 all: build
 
@@ -32,3 +32,6 @@ bench-ops: build
 
 clean:
 	cargo clean
+
+bench-search: build
+	scripts/bench-search

@@ -236,3 +236,72 @@ fn ops_reads_an_architecture_file_and_rejects_bad_ones() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected HxWxC"));
 }
+
+#[test]
+fn search_sim_prints_a_consistent_trajectory() {
+    let out = aiperf()
+        .args([
+            "search-sim",
+            "--trials",
+            "8",
+            "--threads",
+            "2",
+            "--seed",
+            "4",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let trials: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(trials.len(), 8);
+    assert!(trials[0]["father"].is_null());
+    for (i, t) in trials.iter().enumerate().skip(1) {
+        assert!(t["father"].as_u64().unwrap() < i as u64);
+        assert!(!t["morphisms"].as_array().unwrap().is_empty());
+        let acc = t["accuracy"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&acc));
+        assert!(
+            t["fp_per_image"].as_u64().unwrap() > trials[0]["fp_per_image"].as_u64().unwrap() / 2
+        );
+    }
+    // Same seed, same trajectory (whatever the threads).
+    let again = aiperf()
+        .args([
+            "search-sim",
+            "--trials",
+            "8",
+            "--threads",
+            "1",
+            "--seed",
+            "4",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let strip = |s: &[u8]| -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(s)
+            .lines()
+            .map(|l| {
+                let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v.as_object_mut().unwrap().remove("generate_s");
+                v
+            })
+            .collect()
+    };
+    assert_eq!(strip(&out.stdout), strip(&again.stdout));
+
+    let bad = aiperf()
+        .args(["search-sim", "--start", "vgg"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("use resnet20, resnet18 or resnet50"));
+}

@@ -11,6 +11,7 @@ use std::process::Command;
 
 use aiperf::arch::{cifar_resnet, resnet50, CifarResnetConfig, Graph, Layer, Shape};
 use aiperf::ops::OpCount;
+use aiperf::search::{Limits, Morphism};
 
 fn python() -> Option<String> {
     match std::env::var("AIPERF_TORCH_PYTHON") {
@@ -88,6 +89,33 @@ fn concat_net() -> Graph {
     g
 }
 
+/// ResNet-20 after one morphism of each kind: 5×5 and 7×7 deeper blocks, a widened conv and
+/// a projected skip.
+fn morphed() -> Graph {
+    let mut g = cifar_resnet(&CifarResnetConfig::resnet20(), Shape::new(3, 32, 32), 10);
+    let steps = [
+        Morphism::Deeper {
+            after: "stage1.block1.relu".into(),
+            kernel: 5,
+        },
+        Morphism::Deeper {
+            after: "stage3.block0.1.relu".into(),
+            kernel: 7,
+        },
+        Morphism::Wider {
+            layer: "stage2.block1.1.conv".into(),
+        },
+        Morphism::Skip {
+            from: "stem.relu".into(),
+            to: "stage3.block2.2.bn".into(),
+        },
+    ];
+    for m in steps {
+        g = m.apply(&g, &Limits::default()).unwrap();
+    }
+    g
+}
+
 #[test]
 fn conv_and_dense_flops_agree_exactly_with_pytorch() {
     let Some(py) = python() else { return };
@@ -105,6 +133,7 @@ fn conv_and_dense_flops_agree_exactly_with_pytorch() {
             cifar_resnet(&CifarResnetConfig::resnet18(), Shape::new(1, 28, 28), 10),
         ),
         ("concat net", concat_net()),
+        ("morphed resnet20", morphed()),
     ];
     for (name, g) in models {
         let ours = OpCount::of(&g).unwrap();

@@ -62,7 +62,9 @@ fn key(l: &ChainLayer) -> u64 {
 /// [`layer_distance`]). Exact, but fast for the similar sequences a search compares:
 /// - equal leading and trailing layers are stripped (they align at cost 0 in some optimal
 ///   alignment, as the layer distance is a metric; a test checks this against the full table);
-/// - the table is filled only in a diagonal band of half-width k, starting from
+/// - the layers are numbered by their distinct values and the substitution costs of those
+///   few values tabulated once, so the table's inner loop is a lookup;
+/// - long sequences are compared in a diagonal band of half-width k, starting from
 ///   max(16, length difference) and doubled until the result is at most k — a path that
 ///   leaves the band has at least k + 1 insertions or deletions, so it cannot be optimal.
 pub fn layers_distance(a: &[ChainLayer], b: &[ChainLayer]) -> f64 {
@@ -75,25 +77,48 @@ pub fn layers_distance(a: &[ChainLayer], b: &[ChainLayer]) -> f64 {
         .take_while(|(x, y)| x == y)
         .count();
     let (a, b) = (&a[..a.len() - suffix], &b[..b.len() - suffix]);
-    let (ka, kb): (Vec<u64>, Vec<u64>) = (a.iter().map(key).collect(), b.iter().map(key).collect());
+    if a.is_empty() || b.is_empty() {
+        return a.len().max(b.len()) as f64;
+    }
+    // Distinct layer values and their substitution costs.
+    let mut distinct: Vec<u64> = a.iter().chain(b).map(key).collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let layer_of: Vec<&ChainLayer> = distinct
+        .iter()
+        .map(|k| a.iter().chain(b).find(|l| key(l) == *k).expect("present"))
+        .collect();
+    let nd = distinct.len();
+    let cost: Vec<f64> = (0..nd * nd)
+        .map(|i| layer_distance(layer_of[i / nd], layer_of[i % nd]))
+        .collect();
+    let id = |l: &ChainLayer| distinct.binary_search(&key(l)).expect("present");
+    let ia: Vec<usize> = a.iter().map(|l| id(l) * nd).collect();
+    let ib: Vec<usize> = b.iter().map(id).collect();
+    let longest = a.len().max(b.len());
     let mut band = a.len().abs_diff(b.len()).max(16);
     loop {
-        let d = banded(a, b, &ka, &kb, band);
-        if d <= band as f64 || band >= a.len().max(b.len()) {
+        if 4 * band + 2 >= longest {
+            return banded(&ia, &ib, &cost, longest);
+        }
+        let d = banded(&ia, &ib, &cost, band);
+        if d <= band as f64 {
             return d;
         }
         band *= 2;
     }
 }
 
-/// The edit-distance table restricted to |i − j| ≤ `band`.
-fn banded(a: &[ChainLayer], b: &[ChainLayer], ka: &[u64], kb: &[u64], band: usize) -> f64 {
-    let m = b.len();
+/// The edit-distance table restricted to |i − j| ≤ `band` (the full table when `band` is at
+/// least the longer length). `ia` holds row ids premultiplied by the id count.
+fn banded(ia: &[usize], ib: &[usize], cost: &[f64], band: usize) -> f64 {
+    let m = ib.len();
     let mut prev: Vec<f64> = (0..=m)
         .map(|j| if j <= band { j as f64 } else { f64::INFINITY })
         .collect();
     let mut cur = vec![f64::INFINITY; m + 1];
-    for i in 1..=a.len() {
+    for (i, &row) in ia.iter().enumerate() {
+        let i = i + 1;
         let lo = i.saturating_sub(band).max(1);
         let hi = (i + band).min(m);
         cur[lo - 1] = if lo == 1 && i <= band {
@@ -101,16 +126,15 @@ fn banded(a: &[ChainLayer], b: &[ChainLayer], ka: &[u64], kb: &[u64], band: usiz
         } else {
             f64::INFINITY
         };
+        let costs = &cost[row..];
+        // cur[j] = min(prev[j] + 1, prev[j−1] + sub, cur[j−1] + 1). The first two terms do not
+        // depend on each other across j; writing v[j] = that minimum − j turns the last term
+        // into a running minimum: cur[j] − j = min(v[j], cur[j−1] − (j − 1)).
+        let mut run = cur[lo - 1] - (lo - 1) as f64;
         for j in lo..=hi {
-            let (x, y) = (ka[i - 1], kb[j - 1]);
-            let sub = if x == y {
-                0.0
-            } else if x >> 56 != y >> 56 {
-                1.0
-            } else {
-                layer_distance(&a[i - 1], &b[j - 1])
-            };
-            cur[j] = (prev[j] + 1.0).min(cur[j - 1] + 1.0).min(prev[j - 1] + sub);
+            let v = (prev[j] + 1.0).min(prev[j - 1] + costs[ib[j - 1]]) - j as f64;
+            run = run.min(v);
+            cur[j] = run + j as f64;
         }
         if hi < m {
             cur[hi + 1] = f64::INFINITY;
