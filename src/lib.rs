@@ -10,3 +10,4 @@ pub mod model;
 pub mod ops;
 pub mod platform;
 pub mod search;
+pub mod seeds;

@@ -262,12 +262,7 @@ impl Graph {
         let mut used = vec![false; self.nodes.len()];
         let mut names = std::collections::HashSet::with_capacity(self.nodes.len());
         for (i, node) in self.nodes.iter().enumerate() {
-            let err = |problem: String| ArchError::Node {
-                index: i,
-                name: node.name.clone(),
-                kind: node.layer.kind(),
-                problem,
-            };
+            let err = |problem: String| self.node_error(i, problem);
             if !names.insert(node.name.as_str()) {
                 return Err(err("duplicate node name".into()));
             }
@@ -375,25 +370,27 @@ impl Graph {
         }
         let last = self.output();
         if let Some(i) = (0..last).find(|&i| !used[i]) {
-            let n = &self.nodes[i];
-            return Err(ArchError::Node {
-                index: i,
-                name: n.name.clone(),
-                kind: n.layer.kind(),
-                problem: "its output is never used".into(),
-            });
+            return Err(self.node_error(i, "its output is never used"));
         }
         let out = shapes[last];
         if (out.h, out.w) != (1, 1) || !matches!(self.nodes[last].layer, Layer::Dense { .. }) {
-            let n = &self.nodes[last];
-            return Err(ArchError::Node {
-                index: last,
-                name: n.name.clone(),
-                kind: n.layer.kind(),
-                problem: "the output must be a dense layer producing class logits".into(),
-            });
+            return Err(self.node_error(
+                last,
+                "the output must be a dense layer producing class logits",
+            ));
         }
         Ok(shapes)
+    }
+
+    /// The error for node `index`, naming it and its kind.
+    fn node_error(&self, index: usize, problem: impl Into<String>) -> ArchError {
+        let node = &self.nodes[index];
+        ArchError::Node {
+            index,
+            name: node.name.clone(),
+            kind: node.layer.kind(),
+            problem: problem.into(),
+        }
     }
 
     /// Validates without keeping the shapes.

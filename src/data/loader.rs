@@ -11,6 +11,8 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+use crate::seeds::mix;
+
 use super::augment::{self, Affine, Augment, Shape};
 use super::DataError;
 
@@ -93,14 +95,6 @@ impl Batch {
 /// The `rank`-th of `parts` contiguous, balanced shares of `0..n` (sizes differ by ≤ 1).
 pub fn shard_range(n: usize, parts: usize, rank: usize) -> std::ops::Range<usize> {
     (n * rank / parts)..(n * (rank + 1) / parts)
-}
-
-/// SplitMix64's finaliser: decorrelates nearby seeds.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The sample order of `epoch`: a permutation of `0..n` that depends only on (seed, epoch),

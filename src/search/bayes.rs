@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+use crate::seeds::mix;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -132,14 +134,6 @@ impl Ord for Elem {
             .total_cmp(&other.value)
             .then(other.seq.cmp(&self.seq))
     }
-}
-
-/// SplitMix64 finaliser, to derive independent seeds.
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// The architecture generator's optimiser, with its own thread pool and a cache of the
