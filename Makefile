@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup build data run test lint bench-data bench-ops bench-search clean
+.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score clean
 
 all: build
 
@@ -35,3 +35,6 @@ clean:
 
 bench-search: build
 	scripts/bench-search
+
+bench-score: setup
+	scripts/bench-score

@@ -37,6 +37,8 @@ enum Command {
     /// Run the architecture search and TPE against a synthetic accuracy model (no training)
     /// and print the trajectory.
     SearchSim(SearchSimArgs),
+    /// Score runs from their HDF5 records (DESIGN.md §5); the same as `aiperf-score`.
+    Score(aiperf_records::cli::ScoreArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -334,6 +336,7 @@ fn main() -> ExitCode {
         Command::DataCheck(a) => data_check(a),
         Command::Ops(a) => ops(a),
         Command::SearchSim(a) => search_sim(a),
+        Command::Score(a) => aiperf_records::cli::run(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

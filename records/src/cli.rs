@@ -1,0 +1,65 @@
+//! The `score` command, shared by `aiperf score` and the reviewer's `aiperf-score`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use crate::{read_run, report, score};
+
+/// Arguments of `aiperf score`.
+#[derive(clap::Args, Debug)]
+pub struct ScoreArgs {
+    /// Run folders (results/<run-id>/), each holding primary.h5 and group-<g>.h5.
+    #[arg(required = true)]
+    pub runs: Vec<PathBuf>,
+    /// Grid step in seconds (official: 360 = 0.1 h).
+    #[arg(long, default_value_t = score::OFFICIAL_INTERVAL_S)]
+    pub interval: f64,
+    /// Print JSON (one document with every run) instead of the text summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the timelines as CSV to this file.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Weak-scaling table over the runs given (accelerators, score, per accelerator,
+    /// efficiency relative to the smallest run).
+    #[arg(long)]
+    pub scaling: bool,
+}
+
+/// Scores every run and prints the reports; errors name the run and the problem.
+pub fn run(args: &ScoreArgs) -> anyhow::Result<()> {
+    if !(args.interval.is_finite() && args.interval > 0.0) {
+        anyhow::bail!(
+            "--interval {} must be a positive number of seconds (official: 360)",
+            args.interval
+        );
+    }
+    let mut scores = Vec::new();
+    for dir in &args.runs {
+        let run = read_run(dir)?;
+        scores.push(score::score(&run, args.interval)?);
+    }
+    if args.scaling {
+        print!("{}", report::scaling(&scores));
+    } else if args.json {
+        println!("{}", serde_json::to_string_pretty(&scores)?);
+    } else {
+        for s in &scores {
+            print!("{}", report::text(s));
+        }
+    }
+    if let Some(path) = &args.csv {
+        let mut out = String::new();
+        for (i, s) in scores.iter().enumerate() {
+            let csv = report::csv(s);
+            out.push_str(if i == 0 {
+                &csv
+            } else {
+                csv.split_once('\n').map_or("", |x| x.1)
+            });
+        }
+        std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,53 @@
+//! Errors of writing and reading records, each naming the file and what to do.
+
+use std::path::PathBuf;
+
+/// Why records could not be written or read.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// A file-system error.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path concerned.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The HDF5 library refused (not an HDF5 file, truncated, missing dataset...).
+    #[error("{path}: {message}")]
+    Hdf5 {
+        /// The file concerned.
+        path: PathBuf,
+        /// HDF5's message.
+        message: String,
+    },
+    /// The folder is not a run.
+    #[error("{0}: no primary.h5 here; give the folder of one run (results/<run-id>/)")]
+    NotARun(PathBuf),
+    /// The records use another schema.
+    #[error("{path}: schema version {found}, this aiperf reads version {expected}; use the aiperf release that wrote the run")]
+    Schema {
+        /// The file concerned.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+        /// The version this build reads.
+        expected: u32,
+    },
+    /// A row holds an impossible value.
+    #[error("{path}: {dataset} row {row}: {problem}")]
+    BadRow {
+        /// The file concerned.
+        path: PathBuf,
+        /// The dataset.
+        dataset: &'static str,
+        /// The row index.
+        row: usize,
+        /// What is wrong.
+        problem: String,
+    },
+    /// Nothing to score.
+    #[error("{0}: no completed epoch in any group: there is nothing to score")]
+    Empty(PathBuf),
+}

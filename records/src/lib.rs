@@ -1,0 +1,17 @@
+//! aiperf's run records and scoring step: the HDF5 schema of DESIGN.md §6, its writer (used
+//! by `aiperf run`) and reader, the score of DESIGN.md §5 and its reports. Depends on HDF5
+//! only, so reviewers can build `aiperf-score` without libtorch or MPI.
+
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod error;
+pub mod reader;
+pub mod report;
+pub mod schema;
+pub mod score;
+pub mod writer;
+
+pub use error::RecordError;
+pub use reader::{read_run, Run};
+pub use score::{score, Score};

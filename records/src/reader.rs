@@ -1,0 +1,205 @@
+//! Reading a run's records back, checking the schema version and every row's values, and
+//! collecting warnings (missing groups, a run that did not stop cleanly) for the report.
+
+use std::path::{Path, PathBuf};
+
+use hdf5::types::VarLenUnicode;
+use hdf5::{File, H5Type};
+
+use crate::error::RecordError;
+use crate::schema::{
+    attr, group_file, EpochRow, MonitorRow, TrialRow, PRIMARY_FILE, SCHEMA_VERSION,
+};
+
+/// The run attributes the scorer needs.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct RunInfo {
+    /// aiperf's version that wrote the run.
+    pub program_version: String,
+    /// Rules version recorded.
+    pub rules_version: String,
+    /// t0, Unix seconds.
+    pub start_time_s: f64,
+    /// Clean end, if recorded.
+    pub end_time_s: Option<f64>,
+    /// MPI world size.
+    pub world_size: u32,
+    /// Replica groups.
+    pub groups: u32,
+    /// Accelerators.
+    pub accelerators: u32,
+    /// Dataset.
+    pub dataset: String,
+    /// Start architecture.
+    pub start_architecture: String,
+    /// Precision.
+    pub precision: String,
+    /// Fixed algorithms.
+    pub fixed_algorithms: bool,
+}
+
+/// One group's records.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupRecords {
+    /// Group number.
+    pub group: u32,
+    /// Completed epochs.
+    pub epochs: Vec<EpochRow>,
+    /// Monitor samples.
+    pub monitor: Vec<MonitorRow>,
+}
+
+/// A run read back.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Run {
+    /// The run folder.
+    pub dir: PathBuf,
+    /// Its attributes.
+    pub info: RunInfo,
+    /// Trials recorded by the primary.
+    pub trials: Vec<TrialRow>,
+    /// Groups whose records were found.
+    pub groups: Vec<GroupRecords>,
+    /// Problems that do not prevent scoring but qualify it.
+    pub warnings: Vec<String>,
+}
+
+fn read_attr<T: H5Type>(f: &File, path: &Path, name: &str) -> Result<T, RecordError> {
+    f.attr(name)
+        .and_then(|a| a.read_scalar::<T>())
+        .map_err(|e| RecordError::Hdf5 {
+            path: path.into(),
+            message: format!("attribute {name:?}: {e}"),
+        })
+}
+
+fn read_text(f: &File, path: &Path, name: &str) -> Result<String, RecordError> {
+    read_attr::<VarLenUnicode>(f, path, name).map(|s| s.as_str().to_string())
+}
+
+fn open(path: &Path) -> Result<File, RecordError> {
+    let f = File::open(path).map_err(|e| RecordError::Hdf5 {
+        path: path.into(),
+        message: format!("cannot open as HDF5 ({e}); is it a complete aiperf record file?"),
+    })?;
+    let version: u32 = read_attr(&f, path, attr::SCHEMA_VERSION)?;
+    if version != SCHEMA_VERSION {
+        return Err(RecordError::Schema {
+            path: path.into(),
+            found: version,
+            expected: SCHEMA_VERSION,
+        });
+    }
+    Ok(f)
+}
+
+fn rows<T: H5Type>(f: &File, path: &Path, name: &str) -> Result<Vec<T>, RecordError> {
+    f.dataset(name)
+        .and_then(|d| d.read_raw::<T>())
+        .map_err(|e| RecordError::Hdf5 {
+            path: path.into(),
+            message: format!("dataset {name:?}: {e}"),
+        })
+}
+
+/// Checks an epoch row for impossible values.
+fn check_epoch(r: &EpochRow) -> Option<String> {
+    let finite = [
+        r.time_s,
+        r.train_loss,
+        r.val_loss,
+        r.val_accuracy,
+        r.compute_s,
+        r.allreduce_s,
+        r.data_wait_s,
+    ];
+    if !r.time_s.is_finite() || r.time_s <= 0.0 {
+        return Some(format!("time {} is not a positive Unix time", r.time_s));
+    }
+    if !(0.0..=1.0).contains(&r.val_accuracy) {
+        return Some(format!(
+            "validation accuracy {} is outside [0, 1]",
+            r.val_accuracy
+        ));
+    }
+    if finite.iter().any(|v| v.is_nan()) {
+        return Some("NaN in a time, loss or accuracy".into());
+    }
+    if [r.compute_s, r.allreduce_s, r.data_wait_s]
+        .iter()
+        .any(|&v| v < 0.0)
+    {
+        return Some("negative time split".into());
+    }
+    None
+}
+
+/// Reads the run in `dir`: `primary.h5` and every `group-<g>.h5` its attributes announce.
+pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
+    let path = dir.join(PRIMARY_FILE);
+    if !path.is_file() {
+        return Err(RecordError::NotARun(dir.into()));
+    }
+    let f = open(&path)?;
+    let end_time_s = read_attr::<f64>(&f, &path, attr::END_TIME).ok();
+    let info = RunInfo {
+        program_version: read_text(&f, &path, attr::PROGRAM_VERSION)?,
+        rules_version: read_text(&f, &path, attr::RULES_VERSION)?,
+        start_time_s: read_attr(&f, &path, attr::START_TIME)?,
+        end_time_s,
+        world_size: read_attr(&f, &path, attr::WORLD_SIZE)?,
+        groups: read_attr(&f, &path, attr::GROUPS)?,
+        accelerators: read_attr(&f, &path, attr::ACCELERATORS)?,
+        dataset: read_text(&f, &path, attr::DATASET)?,
+        start_architecture: read_text(&f, &path, attr::START_ARCH)?,
+        precision: read_text(&f, &path, attr::PRECISION)?,
+        fixed_algorithms: read_attr::<u8>(&f, &path, attr::FIXED_ALGORITHMS)? != 0,
+    };
+    if !info.start_time_s.is_finite() || info.start_time_s <= 0.0 {
+        return Err(RecordError::Hdf5 {
+            path,
+            message: format!("start time {} is not a Unix time", info.start_time_s),
+        });
+    }
+    let trials = rows::<TrialRow>(&f, &path, "trials")?;
+    let mut warnings = Vec::new();
+    if info.end_time_s.is_none() {
+        warnings.push("the run did not stop cleanly (no end time): it is scored up to its last completed epoch".into());
+    }
+    let mut groups = Vec::new();
+    for g in 0..info.groups {
+        let gpath = dir.join(group_file(g));
+        if !gpath.is_file() {
+            warnings.push(format!(
+                "{} is missing: the score counts only the other groups' work",
+                gpath.display()
+            ));
+            continue;
+        }
+        let gf = open(&gpath)?;
+        let epochs = rows::<EpochRow>(&gf, &gpath, "epochs")?;
+        for (i, r) in epochs.iter().enumerate() {
+            if let Some(problem) = check_epoch(r) {
+                return Err(RecordError::BadRow {
+                    path: gpath,
+                    dataset: "epochs",
+                    row: i,
+                    problem,
+                });
+            }
+        }
+        let monitor = rows::<MonitorRow>(&gf, &gpath, "monitor")?;
+        groups.push(GroupRecords {
+            group: g,
+            epochs,
+            monitor,
+        });
+    }
+    Ok(Run {
+        dir: dir.into(),
+        info,
+        trials,
+        groups,
+        warnings,
+    })
+}

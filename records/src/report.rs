@@ -1,0 +1,159 @@
+//! The score as people and programs read it: a text summary with the timeline, JSON, and CSV.
+
+use std::fmt::Write;
+
+use crate::score::{Score, Status};
+
+/// Engineering notation with SI prefixes: `1.234 P`.
+pub fn si(v: f64) -> String {
+    const PREFIXES: [(f64, &str); 6] = [
+        (1e18, "E"),
+        (1e15, "P"),
+        (1e12, "T"),
+        (1e9, "G"),
+        (1e6, "M"),
+        (1e3, "k"),
+    ];
+    PREFIXES
+        .iter()
+        .find(|(scale, _)| v.abs() >= *scale)
+        .map_or(format!("{v:.3} "), |(scale, p)| {
+            format!("{:.3} {p}", v / scale)
+        })
+}
+
+/// The human summary: headline, verdict, totals, split, timeline.
+pub fn text(s: &Score) -> String {
+    let mut t = String::new();
+    let _ = writeln!(t, "aiperf score: {}", s.run);
+    let _ = writeln!(t, "  score (sustained)        {}OPS", si(s.ops_per_s));
+    let _ = writeln!(t, "  regulated score          {}OPS", si(s.regulated));
+    let _ = writeln!(
+        t,
+        "  per accelerator ({:>3})    {}OPS, regulated {}OPS",
+        s.accelerators,
+        si(s.ops_per_s_per_accelerator),
+        si(s.regulated_per_accelerator)
+    );
+    let _ = writeln!(
+        t,
+        "  duration                 {:.1} s ({:.2} h)",
+        s.duration_s,
+        s.duration_s / 3600.0
+    );
+    let _ = writeln!(
+        t,
+        "  best accuracy            {:.4} (error {:.2}%)",
+        s.best_accuracy,
+        100.0 * (1.0 - s.best_accuracy)
+    );
+    let _ = writeln!(t, "  trials / epochs          {} / {}", s.trials, s.epochs);
+    let _ = writeln!(
+        t,
+        "  operations               train {} + validation {}",
+        si(s.train_ops as f64),
+        si(s.val_ops as f64)
+    );
+    let busy = s.compute_s + s.allreduce_s + s.data_wait_s;
+    let pct = |v: f64| if busy > 0.0 { 100.0 * v / busy } else { 0.0 };
+    let _ = writeln!(
+        t,
+        "  time split               compute {:.1}% / all-reduce {:.1}% / data wait {:.1}%",
+        pct(s.compute_s),
+        pct(s.allreduce_s),
+        pct(s.data_wait_s)
+    );
+    let _ = writeln!(
+        t,
+        "  all-reduce               {}B in {:.1} s ({}B/s per rank)",
+        si(s.allreduce_bytes as f64),
+        s.allreduce_s,
+        si(s.allreduce_bytes_per_s)
+    );
+    let status = match s.verdict.status {
+        Status::Valid => "VALID",
+        Status::Unofficial => "UNOFFICIAL",
+        Status::Invalid => "INVALID",
+    };
+    let _ = writeln!(t, "  verdict ({})   {status}", s.verdict.rules);
+    for r in &s.verdict.reasons {
+        let _ = writeln!(t, "    - {r}");
+    }
+    for w in &s.warnings {
+        let _ = writeln!(t, "  warning: {w}");
+    }
+    let _ = writeln!(t, "  timeline (grid {:.0} s):", s.interval_s);
+    let _ = writeln!(
+        t,
+        "  {:>10}  {:>8}  {:>14}  {:>14}",
+        "elapsed s", "error %", "OPS", "regulated"
+    );
+    for p in &s.timeline {
+        let _ = writeln!(
+            t,
+            "  {:>10.1}  {:>8.2}  {:>14}  {:>14}",
+            p.elapsed_s,
+            100.0 * p.error,
+            si(p.ops_per_s),
+            si(p.regulated)
+        );
+    }
+    t
+}
+
+/// The weak-scaling table: runs by accelerator count, with the per-accelerator score's
+/// efficiency relative to the smallest run.
+pub fn scaling(scores: &[Score]) -> String {
+    let mut rows: Vec<&Score> = scores.iter().collect();
+    rows.sort_by_key(|s| s.accelerators);
+    let base = rows.first().map_or(0.0, |s| s.ops_per_s_per_accelerator);
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "{:>12}  {:>14}  {:>16}  {:>10}  {:>10}  run",
+        "accelerators", "score (OPS)", "per accelerator", "efficiency", "verdict"
+    );
+    for s in rows {
+        let eff = if base > 0.0 {
+            s.ops_per_s_per_accelerator / base
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            t,
+            "{:>12}  {:>14}  {:>16}  {:>9.1}%  {:>10}  {}",
+            s.accelerators,
+            si(s.ops_per_s),
+            si(s.ops_per_s_per_accelerator),
+            100.0 * eff,
+            format!("{:?}", s.verdict.status).to_uppercase(),
+            s.run
+        );
+    }
+    t
+}
+
+/// The timeline as CSV (one row per grid point).
+pub fn csv(s: &Score) -> String {
+    let mut t = String::from("run,elapsed_s,ops,ops_per_s,error,regulated\n");
+    for p in &s.timeline {
+        let _ = writeln!(
+            t,
+            "{},{},{},{},{},{}",
+            s.run, p.elapsed_s, p.ops, p.ops_per_s, p.error, p.regulated
+        );
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn si_prefixes() {
+        assert_eq!(si(1.5e15), "1.500 P");
+        assert_eq!(si(999.0), "999.000 ");
+        assert_eq!(si(2.0e9), "2.000 G");
+    }
+}

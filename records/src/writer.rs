@@ -1,0 +1,231 @@
+//! Writing the records: chunked, resizable datasets appended and flushed one row at a time,
+//! so a crash loses at most the row being written.
+
+use std::path::{Path, PathBuf};
+
+use hdf5::types::VarLenUnicode;
+use hdf5::{Dataset, Extent, File, H5Type};
+
+use crate::error::RecordError;
+use crate::schema::{
+    attr, group_file, EpochRow, MonitorRow, TpeRow, TrialRow, PRIMARY_FILE, RULES_VERSION,
+    SCHEMA_VERSION,
+};
+
+/// Rows per chunk of every dataset.
+const CHUNK_ROWS: usize = 256;
+
+/// What the primary records about the run before it starts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunMeta {
+    /// aiperf's version.
+    pub program_version: String,
+    /// Resolved configuration, JSON.
+    pub config_json: String,
+    /// t0, Unix seconds.
+    pub start_time_s: f64,
+    /// MPI world size.
+    pub world_size: u32,
+    /// Replica groups.
+    pub groups: u32,
+    /// Accelerators (training ranks).
+    pub accelerators: u32,
+    /// Host names.
+    pub hosts: Vec<String>,
+    /// Devices.
+    pub devices: Vec<String>,
+    /// Seed.
+    pub seed: u64,
+    /// Dataset name.
+    pub dataset: String,
+    /// Start architecture.
+    pub start_architecture: String,
+    /// Precision.
+    pub precision: String,
+    /// Whether the rules' fixed search and HPO algorithms are used.
+    pub fixed_algorithms: bool,
+}
+
+fn h5(path: &Path) -> impl Fn(hdf5::Error) -> RecordError + '_ {
+    move |e| RecordError::Hdf5 {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+fn text(s: &str) -> VarLenUnicode {
+    s.parse()
+        .expect("any UTF-8 text without NUL is a valid HDF5 string")
+}
+
+fn write_attr<T: H5Type>(
+    file: &File,
+    path: &Path,
+    name: &str,
+    value: &T,
+) -> Result<(), RecordError> {
+    file.new_attr::<T>()
+        .create(name)
+        .and_then(|a| a.write_scalar(value))
+        .map_err(h5(path))
+}
+
+fn write_text_attr(file: &File, path: &Path, name: &str, value: &str) -> Result<(), RecordError> {
+    write_attr(file, path, name, &text(&value.replace('\0', "")))
+}
+
+fn table<T: H5Type>(file: &File, path: &Path, name: &str) -> Result<Dataset, RecordError> {
+    file.new_dataset::<T>()
+        .chunk(CHUNK_ROWS)
+        .shape(Extent::resizable(0))
+        .create(name)
+        .map_err(h5(path))
+}
+
+/// Appends rows and flushes the file.
+fn append_rows<T: H5Type>(
+    file: &File,
+    path: &Path,
+    ds: &Dataset,
+    rows: &[T],
+) -> Result<(), RecordError> {
+    let n = ds.size();
+    ds.resize(n + rows.len()).map_err(h5(path))?;
+    ds.write_slice(rows, n..n + rows.len()).map_err(h5(path))?;
+    file.flush().map_err(h5(path))
+}
+
+/// Appends one row and flushes the file.
+fn append<T: H5Type>(file: &File, path: &Path, ds: &Dataset, row: &T) -> Result<(), RecordError> {
+    append_rows(file, path, ds, std::slice::from_ref(row))
+}
+
+/// `primary.h5`: run attributes, trials, architectures, TPE observations.
+pub struct PrimaryWriter {
+    path: PathBuf,
+    file: File,
+    trials: Dataset,
+    arch_ids: Dataset,
+    arch_json: Dataset,
+    tpe: Dataset,
+}
+
+impl PrimaryWriter {
+    /// Creates `dir/primary.h5` (the folder too) with the run's attributes.
+    pub fn create(dir: &Path, meta: &RunMeta) -> Result<Self, RecordError> {
+        std::fs::create_dir_all(dir).map_err(|e| RecordError::Io {
+            path: dir.to_path_buf(),
+            source: e,
+        })?;
+        let path = dir.join(PRIMARY_FILE);
+        let file = File::create(&path).map_err(h5(&path))?;
+        write_attr(&file, &path, attr::SCHEMA_VERSION, &SCHEMA_VERSION)?;
+        write_text_attr(&file, &path, attr::PROGRAM_VERSION, &meta.program_version)?;
+        write_text_attr(&file, &path, attr::RULES_VERSION, RULES_VERSION)?;
+        write_text_attr(&file, &path, attr::CONFIG, &meta.config_json)?;
+        write_attr(&file, &path, attr::START_TIME, &meta.start_time_s)?;
+        write_attr(&file, &path, attr::WORLD_SIZE, &meta.world_size)?;
+        write_attr(&file, &path, attr::GROUPS, &meta.groups)?;
+        write_attr(&file, &path, attr::ACCELERATORS, &meta.accelerators)?;
+        write_text_attr(
+            &file,
+            &path,
+            attr::HOSTS,
+            &serde_json::to_string(&meta.hosts).expect("strings"),
+        )?;
+        write_text_attr(
+            &file,
+            &path,
+            attr::DEVICES,
+            &serde_json::to_string(&meta.devices).expect("strings"),
+        )?;
+        write_attr(&file, &path, attr::SEED, &meta.seed)?;
+        write_text_attr(&file, &path, attr::DATASET, &meta.dataset)?;
+        write_text_attr(&file, &path, attr::START_ARCH, &meta.start_architecture)?;
+        write_text_attr(&file, &path, attr::PRECISION, &meta.precision)?;
+        write_attr(
+            &file,
+            &path,
+            attr::FIXED_ALGORITHMS,
+            &u8::from(meta.fixed_algorithms),
+        )?;
+        let trials = table::<TrialRow>(&file, &path, "trials")?;
+        let arch_ids = table::<u64>(&file, &path, "architecture_ids")?;
+        let arch_json = table::<VarLenUnicode>(&file, &path, "architectures")?;
+        let tpe = table::<TpeRow>(&file, &path, "tpe")?;
+        file.flush().map_err(h5(&path))?;
+        Ok(PrimaryWriter {
+            path,
+            file,
+            trials,
+            arch_ids,
+            arch_json,
+            tpe,
+        })
+    }
+
+    /// Records a finished (or stopped) trial.
+    pub fn append_trial(&self, row: &TrialRow) -> Result<(), RecordError> {
+        append(&self.file, &self.path, &self.trials, row)
+    }
+
+    /// Records a model's architecture (its IR JSON).
+    pub fn append_architecture(&self, model_id: u64, json: &str) -> Result<(), RecordError> {
+        append(&self.file, &self.path, &self.arch_json, &text(json))?;
+        append(&self.file, &self.path, &self.arch_ids, &model_id)
+    }
+
+    /// Records a TPE observation.
+    pub fn append_tpe(&self, row: &TpeRow) -> Result<(), RecordError> {
+        append(&self.file, &self.path, &self.tpe, row)
+    }
+
+    /// Marks a clean end of the run at `end_time_s` and closes the file.
+    pub fn finish(self, end_time_s: f64) -> Result<(), RecordError> {
+        write_attr(&self.file, &self.path, attr::END_TIME, &end_time_s)?;
+        self.file.flush().map_err(h5(&self.path))
+    }
+}
+
+/// `group-<g>.h5`: a group's epochs and monitor samples.
+pub struct GroupWriter {
+    path: PathBuf,
+    file: File,
+    epochs: Dataset,
+    monitor: Dataset,
+}
+
+impl GroupWriter {
+    /// Creates `dir/group-<g>.h5`.
+    pub fn create(dir: &Path, group: u32, accelerators: u32) -> Result<Self, RecordError> {
+        let path = dir.join(group_file(group));
+        let file = File::create(&path).map_err(h5(&path))?;
+        write_attr(&file, &path, attr::SCHEMA_VERSION, &SCHEMA_VERSION)?;
+        write_attr(&file, &path, "group", &group)?;
+        write_attr(&file, &path, attr::ACCELERATORS, &accelerators)?;
+        let epochs = table::<EpochRow>(&file, &path, "epochs")?;
+        let monitor = table::<MonitorRow>(&file, &path, "monitor")?;
+        file.flush().map_err(h5(&path))?;
+        Ok(GroupWriter {
+            path,
+            file,
+            epochs,
+            monitor,
+        })
+    }
+
+    /// Records a completed epoch.
+    pub fn append_epoch(&self, row: &EpochRow) -> Result<(), RecordError> {
+        append(&self.file, &self.path, &self.epochs, row)
+    }
+
+    /// Records several completed epochs at once (one flush), e.g. when replaying records.
+    pub fn append_epochs(&self, rows: &[EpochRow]) -> Result<(), RecordError> {
+        append_rows(&self.file, &self.path, &self.epochs, rows)
+    }
+
+    /// Records a monitor sample.
+    pub fn append_monitor(&self, row: &MonitorRow) -> Result<(), RecordError> {
+        append(&self.file, &self.path, &self.monitor, row)
+    }
+}

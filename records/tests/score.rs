@@ -1,0 +1,424 @@
+//! The scoring step on record sets written by the writer, with answers computed by hand,
+//! and on damaged or incomplete records.
+
+use std::path::Path;
+use std::process::Command;
+
+use aiperf_records::schema::{EpochRow, MonitorRow, TpeRow, TrialRow, TrialStatus};
+use aiperf_records::score::Status;
+use aiperf_records::writer::{GroupWriter, PrimaryWriter, RunMeta};
+use aiperf_records::{read_run, score, RecordError};
+
+const T0: f64 = 1_800_000_000.0;
+
+/// The tests take turns: with several threads opening and closing HDF5 files at once, this
+/// HDF5 (1.10.8 through hdf5-metno 0.15) intermittently reports a just-closed file as locked
+/// ("unable to lock file, errno = 11"). aiperf writes each record file from one thread, so
+/// the tests serialise rather than race.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn meta(groups: u32) -> RunMeta {
+    RunMeta {
+        program_version: "test".into(),
+        config_json: "{\"preset\":\"test\"}".into(),
+        start_time_s: T0,
+        world_size: 1 + 2 * groups,
+        groups,
+        accelerators: 2 * groups,
+        hosts: vec!["node0".into()],
+        devices: vec!["cpu".into()],
+        seed: 7,
+        dataset: "fashion-mnist".into(),
+        start_architecture: "resnet20".into(),
+        precision: "fp32".into(),
+        fixed_algorithms: true,
+    }
+}
+
+fn epoch(t: f64, train_ops: u64, val_ops: u64, acc: f64) -> EpochRow {
+    EpochRow {
+        time_s: T0 + t,
+        trial: 0,
+        model_id: 0,
+        epoch: 1,
+        train_images: 100,
+        val_images: 10,
+        train_ops,
+        val_ops,
+        train_loss: 1.0,
+        val_loss: 1.0,
+        val_accuracy: acc,
+        compute_s: 8.0,
+        allreduce_s: 1.0,
+        allreduce_bytes: 1000,
+        data_wait_s: 1.0,
+    }
+}
+
+/// Two groups; group 1 records one epoch after the end.
+fn write_run(dir: &Path, end: Option<f64>) {
+    let p = PrimaryWriter::create(dir, &meta(2)).unwrap();
+    let trial = TrialRow {
+        model_id: 0,
+        father: -1,
+        group: 0,
+        round: 0,
+        batch_size: 32,
+        kernel_size: 3,
+        epochs: 3,
+        best_accuracy: 0.6,
+        reported_accuracy: 0.6,
+        start_s: T0,
+        end_s: T0 + 720.0,
+        status: TrialStatus::Finished,
+    };
+    p.append_trial(&trial).unwrap();
+    p.append_architecture(0, "{\"nodes\": []}").unwrap();
+    p.append_tpe(&TpeRow {
+        time_s: T0 + 720.0,
+        batch_size: 32,
+        kernel_size: 3,
+        loss: 0.4,
+    })
+    .unwrap();
+    let g0 = GroupWriter::create(dir, 0, 2).unwrap();
+    for e in [
+        epoch(100.0, 1000, 100, 0.5),
+        epoch(400.0, 2000, 200, 0.6),
+        epoch(720.0, 3000, 300, 0.55),
+    ] {
+        g0.append_epoch(&e).unwrap();
+    }
+    g0.append_monitor(&MonitorRow {
+        time_s: T0 + 30.0,
+        accel_util: f64::NAN,
+        accel_mem_bytes: f64::NAN,
+        cpu_util: 0.9,
+        host_mem_bytes: 1e9,
+    })
+    .unwrap();
+    let g1 = GroupWriter::create(dir, 1, 2).unwrap();
+    for e in [
+        epoch(350.0, 500, 50, 0.7),
+        epoch(900.0, 4000, 400, 0.8),
+        epoch(1100.0, 9999, 9, 0.99),
+    ] {
+        g1.append_epoch(&e).unwrap();
+    }
+    if let Some(end) = end {
+        p.finish(T0 + end).unwrap();
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+}
+
+#[test]
+fn golden_timeline_computed_by_hand() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    write_run(tmp.path(), Some(1000.0));
+    let run = read_run(tmp.path()).unwrap();
+    let s = score(&run, 360.0).unwrap();
+    // Grid 360, 720, then the end at 1000.
+    let t: Vec<f64> = s.timeline.iter().map(|p| p.elapsed_s).collect();
+    assert_eq!(t, vec![360.0, 720.0, 1000.0]);
+    // 360 s: epochs at 100 (1100) and 350 (550).
+    assert_eq!(s.timeline[0].ops, 1650);
+    assert!(close(s.timeline[0].ops_per_s, 1650.0 / 360.0));
+    assert!(close(s.timeline[0].error, 0.3));
+    assert!(close(
+        s.timeline[0].regulated,
+        1650.0 / 360.0 * -(0.3f64).ln()
+    ));
+    // 720 s: + 2200 + 3300 (the epoch exactly on the grid point counts).
+    assert_eq!(s.timeline[1].ops, 7150);
+    // End: + 4400; the epoch at 1100 s is after the end and does not count.
+    assert_eq!(s.timeline[2].ops, 11_550);
+    assert!(close(s.ops_per_s, 11.55));
+    assert!(close(s.regulated, 11.55 * -(0.2f64).ln()));
+    assert!(close(s.ops_per_s_per_accelerator, 11.55 / 4.0));
+    assert_eq!(
+        (s.train_ops, s.val_ops, s.epochs, s.trials),
+        (10_500, 1050, 5, 1)
+    );
+    assert!(close(s.best_accuracy, 0.8));
+    assert!(close(s.allreduce_bytes_per_s, 5000.0 / 5.0));
+    assert!(s
+        .warnings
+        .iter()
+        .any(|w| w.contains("1 epoch(s) recorded after the run's end")));
+    // Not ImageNet and under an hour: invalid, with both reasons.
+    assert_eq!(s.verdict.status, Status::Invalid);
+    assert!(s
+        .verdict
+        .reasons
+        .iter()
+        .any(|r| r.contains("at least 3600 s")));
+    assert!(s
+        .verdict
+        .reasons
+        .iter()
+        .any(|r| r.contains("dataset fashion-mnist")));
+}
+
+#[test]
+fn a_crashed_run_is_scored_to_its_last_epoch_with_a_warning() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    write_run(tmp.path(), None);
+    let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
+    assert_eq!(s.timeline.last().unwrap().elapsed_s, 1100.0);
+    assert_eq!(s.timeline.last().unwrap().ops, 11_550 + 10_008);
+    assert!(s
+        .warnings
+        .iter()
+        .any(|w| w.contains("did not stop cleanly")));
+}
+
+#[test]
+fn missing_group_scores_the_rest_and_says_so() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    write_run(tmp.path(), Some(1000.0));
+    std::fs::remove_file(tmp.path().join("group-1.h5")).unwrap();
+    let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
+    assert_eq!(s.timeline.last().unwrap().ops, 6600);
+    assert!(s
+        .warnings
+        .iter()
+        .any(|w| w.contains("group-1.h5 is missing")));
+}
+
+#[test]
+fn damaged_records_give_clear_errors() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    // Not a run.
+    let e = read_run(tmp.path()).unwrap_err();
+    assert!(matches!(e, RecordError::NotARun(_)), "{e}");
+    // Not HDF5.
+    std::fs::write(tmp.path().join("primary.h5"), b"hello").unwrap();
+    let e = read_run(tmp.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("primary.h5") && e.contains("cannot open as HDF5"),
+        "{e}"
+    );
+    // Another schema version.
+    let dir = tmp.path().join("v2");
+    write_run(&dir, Some(1000.0));
+    {
+        let f = hdf5::File::append(dir.join("group-0.h5")).unwrap();
+        f.attr("schema_version")
+            .unwrap()
+            .write_scalar(&2u32)
+            .unwrap();
+    }
+    let e = read_run(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("group-0.h5") && e.contains("schema version 2"),
+        "{e}"
+    );
+    // NaN accuracy.
+    let dir = tmp.path().join("nan");
+    PrimaryWriter::create(&dir, &meta(1))
+        .unwrap()
+        .finish(T0 + 10.0)
+        .unwrap();
+    GroupWriter::create(&dir, 0, 2)
+        .unwrap()
+        .append_epoch(&epoch(5.0, 1, 1, f64::NAN))
+        .unwrap();
+    let e = read_run(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("epochs row 0") && e.contains("outside [0, 1]"),
+        "{e}"
+    );
+    // No epoch at all.
+    let dir = tmp.path().join("empty");
+    PrimaryWriter::create(&dir, &meta(1))
+        .unwrap()
+        .finish(T0 + 10.0)
+        .unwrap();
+    GroupWriter::create(&dir, 0, 2).unwrap();
+    let e = score(&read_run(&dir).unwrap(), 360.0)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no completed epoch"), "{e}");
+}
+
+#[test]
+fn a_truncated_file_is_an_error_naming_it() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cut");
+    write_run(&dir, Some(1000.0));
+    let bytes = std::fs::read(dir.join("group-1.h5")).unwrap();
+    std::fs::write(dir.join("group-1.h5"), &bytes[..bytes.len() / 2]).unwrap();
+    let e = read_run(&dir).unwrap_err().to_string();
+    assert!(e.contains("group-1.h5"), "{e}");
+}
+
+#[test]
+fn a_valid_official_run() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let m = RunMeta {
+        dataset: "imagenet".into(),
+        start_architecture: "resnet50".into(),
+        precision: "bf16".into(),
+        ..meta(1)
+    };
+    let p = PrimaryWriter::create(tmp.path(), &m).unwrap();
+    let g = GroupWriter::create(tmp.path(), 0, 2).unwrap();
+    g.append_epoch(&epoch(3000.0, 1 << 50, 1 << 40, 0.75))
+        .unwrap();
+    p.finish(T0 + 3700.0).unwrap();
+    let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
+    assert_eq!(s.verdict.status, Status::Valid, "{:?}", s.verdict.reasons);
+    assert_eq!(s.timeline.len(), 11); // 10 grid points below 3700 s, then the end
+    assert!(s.timeline[7].ops == 0 && s.timeline[8].ops > 0); // 2880 s, then 3240 s
+}
+
+#[test]
+fn weak_scaling_table_over_runs() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    // One group (2 accelerators) and two groups (4) doing twice the work in the same time:
+    // perfect weak scaling; then four groups at 90% per accelerator.
+    for (name, groups, ops) in [("a", 1u32, 1000u64), ("b", 2, 1000), ("c", 4, 900)] {
+        let dir = tmp.path().join(name);
+        let p = PrimaryWriter::create(&dir, &meta(groups)).unwrap();
+        for g in 0..groups {
+            GroupWriter::create(&dir, g, 2)
+                .unwrap()
+                .append_epoch(&epoch(50.0, ops, 0, 0.5))
+                .unwrap();
+        }
+        p.finish(T0 + 100.0).unwrap();
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_aiperf-score"))
+        .args(["--scaling", "--interval", "60"])
+        .args(["c", "a", "b"].map(|n| tmp.path().join(n)))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<&str> = text.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3);
+    assert!(
+        rows[0].trim_start().starts_with("2 ") && rows[0].contains("100.0%"),
+        "{text}"
+    );
+    assert!(
+        rows[1].trim_start().starts_with("4 ") && rows[1].contains("100.0%"),
+        "{text}"
+    );
+    assert!(
+        rows[2].trim_start().starts_with("8 ") && rows[2].contains("90.0%"),
+        "{text}"
+    );
+}
+
+#[test]
+fn corrupted_bytes_never_panic_the_reader() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    write_run(tmp.path(), Some(1000.0));
+    let good = std::fs::read(tmp.path().join("group-0.h5")).unwrap();
+    // A deterministic sweep of truncations and byte flips over the whole file: every outcome
+    // is an error naming the file or a score, never a panic.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 0..300usize {
+        let mut bytes = good.clone();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if i % 3 == 0 {
+            bytes.truncate((x as usize) % good.len());
+        } else {
+            for k in 0..4 {
+                let at = ((x >> (k * 16)) as usize) % bytes.len();
+                bytes[at] ^= 1 << (k + i % 4);
+            }
+        }
+        std::fs::write(tmp.path().join("group-0.h5"), &bytes).unwrap();
+        match read_run(tmp.path()) {
+            Ok(run) => {
+                if let Err(e) = score(&run, 360.0) {
+                    assert!(!e.to_string().is_empty());
+                }
+            }
+            Err(e) => assert!(e.to_string().contains("group-0.h5"), "case {i}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn h5dump_reads_the_files() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    write_run(tmp.path(), Some(1000.0));
+    let Ok(out) = Command::new("h5dump")
+        .arg("-H")
+        .arg(tmp.path().join("group-0.h5"))
+        .output()
+    else {
+        eprintln!("SKIP: h5dump not found (Debian: hdf5-tools)");
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("DATASET \"epochs\"") && text.contains("\"val_accuracy\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_cli_prints_the_summary_and_fails_cleanly() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    write_run(tmp.path(), Some(1000.0));
+    let bin = env!("CARGO_BIN_EXE_aiperf-score");
+    let out = Command::new(bin)
+        .arg(tmp.path())
+        .arg("--csv")
+        .arg(tmp.path().join("t.csv"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("score (sustained)        11.550 OPS"),
+        "{text}"
+    );
+    assert!(text.contains("INVALID"), "{text}");
+    let csv = std::fs::read_to_string(tmp.path().join("t.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 4);
+    let out = Command::new(bin)
+        .arg(tmp.path())
+        .arg("--json")
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v[0]["timeline"][2]["ops"], 11_550);
+    let out = Command::new(bin)
+        .arg(tmp.path().join("nope"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no primary.h5 here"));
+}
