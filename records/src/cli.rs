@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::{read_run, report, score};
+use crate::{plots, read_run, report, score};
 
 /// Arguments of `aiperf score`.
 #[derive(clap::Args, Debug)]
@@ -21,6 +21,9 @@ pub struct ScoreArgs {
     /// Also write the timelines as CSV to this file.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    /// Also write plots (SVG, PNG) and an HTML page per run into this folder.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
     /// Weak-scaling table over the runs given (accelerators, score, per accelerator,
     /// efficiency relative to the smallest run).
     #[arg(long)]
@@ -36,9 +39,11 @@ pub fn run(args: &ScoreArgs) -> anyhow::Result<()> {
         );
     }
     let mut scores = Vec::new();
+    let mut runs = Vec::new();
     for dir in &args.runs {
         let run = read_run(dir)?;
         scores.push(score::score(&run, args.interval)?);
+        runs.push(run);
     }
     if args.scaling {
         print!("{}", report::scaling(&scores));
@@ -60,6 +65,24 @@ pub fn run(args: &ScoreArgs) -> anyhow::Result<()> {
             });
         }
         std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(out) = &args.report {
+        for (i, (run, s)) in runs.iter().zip(&scores).enumerate() {
+            let dir = if runs.len() == 1 {
+                out.clone()
+            } else {
+                let name = run
+                    .dir
+                    .file_name()
+                    .map_or("run".into(), |n| n.to_string_lossy().into_owned());
+                out.join(format!("{i}-{name}"))
+            };
+            let (_, warning) = plots::write_report(&dir, run, s).map_err(anyhow::Error::msg)?;
+            if let Some(w) = warning {
+                eprintln!("warning: {w}");
+            }
+            eprintln!("report: {}", dir.join("index.html").display());
+        }
     }
     Ok(())
 }

@@ -6,6 +6,7 @@
 
 pub mod cli;
 pub mod error;
+pub mod plots;
 pub mod reader;
 pub mod report;
 pub mod schema;

@@ -422,3 +422,80 @@ fn the_cli_prints_the_summary_and_fails_cleanly() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no primary.h5 here"));
 }
+
+#[test]
+fn report_folder_has_plots_and_a_page() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    write_run(tmp.path(), Some(1000.0));
+    let out_dir = tmp.path().join("report");
+    let out = Command::new(env!("CARGO_BIN_EXE_aiperf-score"))
+        .arg(tmp.path())
+        .arg("--report")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    assert!(
+        html.contains("INVALID") && html.contains("<table>"),
+        "{html}"
+    );
+    let font = ["/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"]
+        .iter()
+        .any(|p| Path::new(p).exists());
+    if !font {
+        assert!(html.contains("No plots"));
+        eprintln!("SKIP plot checks: no font (fonts-dejavu-core)");
+        return;
+    }
+    for name in ["ops", "error", "trials", "utilisation"] {
+        assert!(html.contains(&format!("<img src=\"{name}.svg\"")));
+        let svg = std::fs::read_to_string(out_dir.join(format!("{name}.svg"))).unwrap();
+        assert!(
+            svg.starts_with("<svg") && (svg.contains("<polyline") || svg.contains("<rect")),
+            "{name}.svg"
+        );
+        let png = std::fs::read(out_dir.join(format!("{name}.png"))).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{name}.png");
+    }
+    let ops_svg = std::fs::read_to_string(out_dir.join("ops.svg")).unwrap();
+    assert!(ops_svg.contains("Sustained OPS and regulated score"));
+}
+
+#[test]
+fn text_report_snapshot() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    write_run(tmp.path(), Some(1000.0));
+    let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
+    let text = aiperf_records::report::text(&s).replace(&tmp.path().display().to_string(), "RUN");
+    assert_eq!(text, SNAPSHOT);
+}
+
+/// Values checked by hand in `golden_timeline_computed_by_hand` (e.g. 11.55 × −ln 0.2 = 18.589).
+const SNAPSHOT: &str = "aiperf score: RUN
+  score (sustained)        11.550 OPS
+  regulated score          18.589 OPS
+  per accelerator (  4)    2.888 OPS, regulated 4.647 OPS
+  duration                 1000.0 s (0.28 h)
+  best accuracy            0.8000 (error 20.00%)
+  trials / epochs          1 / 5
+  operations               train 10.500 k + validation 1.050 k
+  time split               compute 80.0% / all-reduce 10.0% / data wait 10.0%
+  all-reduce               5.000 kB in 5.0 s (1.000 kB/s per rank)
+  verdict (aiperf-rules-1)   INVALID
+    - ran 1000 s, the rules require at least 3600 s (1 h)
+    - dataset fashion-mnist (official: imagenet)
+    - start architecture resnet20 (official: resnet50)
+  warning: 1 epoch(s) recorded after the run's end are not counted
+  timeline (grid 360 s):
+   elapsed s   error %             OPS       regulated
+       360.0     30.00          4.583           5.518 
+       720.0     30.00          9.931          11.956 
+      1000.0     20.00         11.550          18.589 
+";
