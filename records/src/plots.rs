@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::reader::Run;
@@ -51,13 +52,33 @@ fn hours(s: f64) -> f64 {
     s / 3600.0
 }
 
+/// The chart type every plot uses: elapsed hours against a linear y axis.
+type Chart<'a, DB> = ChartContext<'a, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// A white canvas with a title, an x axis from 0 to the run's duration in hours and the
+/// given y range; `y_area` is the width left for the y labels.
+fn frame<'a, DB: DrawingBackend>(
+    area: &'a DrawingArea<DB, plotters::coord::Shift>,
+    s: &Score,
+    title: &str,
+    y: std::ops::Range<f64>,
+    y_area: u32,
+) -> Result<Chart<'a, DB>, String> {
+    area.fill(&WHITE).map_err(e)?;
+    ChartBuilder::on(area)
+        .caption(title, ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(y_area)
+        .build_cartesian_2d(0.0..hours(s.duration_s).max(1e-6), y)
+        .map_err(e)
+}
+
 /// OPS and regulated score against elapsed hours.
 fn draw_ops<DB: DrawingBackend>(
     s: &Score,
     area: &DrawingArea<DB, plotters::coord::Shift>,
 ) -> Result<(), String> {
-    area.fill(&WHITE).map_err(e)?;
-    let x_max = hours(s.duration_s).max(1e-6);
     let y_max = s
         .timeline
         .iter()
@@ -65,13 +86,7 @@ fn draw_ops<DB: DrawingBackend>(
         .fold(0.0, f64::max)
         .max(1e-9)
         * 1.1;
-    let mut chart = ChartBuilder::on(area)
-        .caption("Sustained OPS and regulated score", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(90)
-        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-        .map_err(e)?;
+    let mut chart = frame(area, s, "Sustained OPS and regulated score", 0.0..y_max, 90)?;
     chart
         .configure_mesh()
         .x_desc("elapsed (h)")
@@ -113,15 +128,7 @@ fn draw_error<DB: DrawingBackend>(
     s: &Score,
     area: &DrawingArea<DB, plotters::coord::Shift>,
 ) -> Result<(), String> {
-    area.fill(&WHITE).map_err(e)?;
-    let x_max = hours(s.duration_s).max(1e-6);
-    let mut chart = ChartBuilder::on(area)
-        .caption("Error of the best model", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max, 0.0..100.0)
-        .map_err(e)?;
+    let mut chart = frame(area, s, "Error of the best model", 0.0..100.0, 60)?;
     chart
         .configure_mesh()
         .x_desc("elapsed (h)")
@@ -145,17 +152,9 @@ fn draw_trials<DB: DrawingBackend>(
     s: &Score,
     area: &DrawingArea<DB, plotters::coord::Shift>,
 ) -> Result<(), String> {
-    area.fill(&WHITE).map_err(e)?;
     let t0 = run.info.start_time_s;
-    let x_max = hours(s.duration_s).max(1e-6);
     let groups = f64::from(run.info.groups.max(1));
-    let mut chart = ChartBuilder::on(area)
-        .caption("Trials per group", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max, -0.5..groups - 0.5)
-        .map_err(e)?;
+    let mut chart = frame(area, s, "Trials per group", -0.5..groups - 0.5, 60)?;
     // Label only the integer ticks: one per group.
     let label = |v: &f64| {
         if (v - v.round()).abs() < 1e-9 {
@@ -195,16 +194,8 @@ fn draw_utilisation<DB: DrawingBackend>(
     s: &Score,
     area: &DrawingArea<DB, plotters::coord::Shift>,
 ) -> Result<(), String> {
-    area.fill(&WHITE).map_err(e)?;
     let t0 = run.info.start_time_s;
-    let x_max = hours(s.duration_s).max(1e-6);
-    let mut chart = ChartBuilder::on(area)
-        .caption("Utilisation", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0.0..x_max, 0.0..105.0)
-        .map_err(e)?;
+    let mut chart = frame(area, s, "Utilisation", 0.0..105.0, 60)?;
     chart
         .configure_mesh()
         .x_desc("elapsed (h)")
