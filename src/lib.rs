@@ -11,3 +11,4 @@ pub mod ops;
 pub mod platform;
 pub mod search;
 pub mod seeds;
+pub mod train;

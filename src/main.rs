@@ -37,6 +37,16 @@ enum Command {
     /// Run the architecture search and TPE against a synthetic accuracy model (no training)
     /// and print the trajectory.
     SearchSim(SearchSimArgs),
+    /// Check data-parallel training under MPI: every rank trains a tiny model on its shard
+    /// with gradient exchange, and all must keep bit-identical parameters.
+    DpCheck {
+        /// SGD steps.
+        #[arg(long, default_value_t = 6)]
+        steps: u32,
+        /// Batch norm on running statistics: the update must then equal one process's.
+        #[arg(long)]
+        frozen_bn: bool,
+    },
     /// Score runs from their HDF5 records (DESIGN.md §5); the same as `aiperf-score`.
     Score(aiperf_records::cli::ScoreArgs),
 }
@@ -137,6 +147,25 @@ fn doctor(json: bool) -> anyhow::Result<()> {
             p.torch_threads,
             p.mpi_library,
             p.hdf5_version
+        );
+    }
+    Ok(())
+}
+
+fn dp_check(steps: u32, frozen_bn: bool) -> anyhow::Result<()> {
+    let Some(universe) = mpi::initialize() else {
+        bail!("MPI was already initialised");
+    };
+    let world = universe.world();
+    tch::set_num_threads(1);
+    let report = aiperf::train::dp_check(&world, steps, frozen_bn)?;
+    if world.rank() == 0 {
+        println!("{}", serde_json::to_string(&report)?);
+    }
+    if !report.identical {
+        bail!(
+            "rank {}: parameters differ between ranks after gradient exchange",
+            world.rank()
         );
     }
     Ok(())
@@ -337,6 +366,7 @@ fn main() -> ExitCode {
         Command::Ops(a) => ops(a),
         Command::SearchSim(a) => search_sim(a),
         Command::Score(a) => aiperf_records::cli::run(&a),
+        Command::DpCheck { steps, frozen_bn } => dp_check(steps, frozen_bn),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

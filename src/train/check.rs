@@ -1,0 +1,125 @@
+//! `aiperf dp-check`: data-parallel training on a tiny model, to check on a new machine or
+//! interconnect that every rank of the group keeps bit-identical parameters. Every rank
+//! builds the same ResNet from the same seed, trains on its share of seeded global batches
+//! (13 samples, so shards differ in size), exchanges gradients with [`sync_gradients`] and
+//! batch-norm statistics with [`average_buffers`], and compares a hash of all its variables'
+//! bytes with every other rank's after each SGD step.
+
+use std::hash::{Hash, Hasher};
+
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
+use mpi::traits::Communicator;
+use serde::Serialize;
+use tch::nn::{ModuleT, OptimizerConfig};
+use tch::{nn, Device, Kind, Tensor};
+
+use super::{average_buffers, sync_gradients, TrainError};
+use crate::arch::{cifar_resnet, CifarResnetConfig, Shape};
+use crate::data::shard_range;
+use crate::model::Net;
+
+/// The outcome, the same on every rank.
+#[derive(Clone, Debug, Serialize)]
+pub struct DpReport {
+    /// Ranks in the group.
+    pub ranks: usize,
+    /// Whether all ranks held bit-identical parameters and buffers after every step.
+    pub identical: bool,
+    /// Sum of all parameters at the end (compare across group sizes).
+    pub param_sum: f64,
+    /// Global-batch mean loss per step.
+    pub losses: Vec<f64>,
+    /// Bytes each rank exchanged per step.
+    pub bytes_per_step: u64,
+}
+
+/// A hash of every parameter's bits, in name order.
+fn params_hash(vs: &nn::VarStore) -> u64 {
+    let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    vars.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for (name, t) in vars {
+        let n = t.numel();
+        let mut buf = vec![0f32; n];
+        t.contiguous().copy_data(&mut buf, n);
+        name.hash(&mut h);
+        buf.iter().for_each(|v| v.to_bits().hash(&mut h));
+    }
+    h.finish()
+}
+
+/// Runs `steps` data-parallel SGD steps over `comm` (collective: every rank must call it).
+/// With `frozen_bn`, batch norm uses its running statistics instead of each shard's batch
+/// statistics, so the group's update equals the single-process one on the global batch (up
+/// to summation order) — the check that the gradient weighting is right.
+pub fn dp_check<C: Communicator>(
+    comm: &C,
+    steps: u32,
+    frozen_bn: bool,
+) -> Result<DpReport, TrainError> {
+    let (rank, size) = (comm.rank() as usize, comm.size() as usize);
+    tch::manual_seed(0);
+    let g = cifar_resnet(
+        &CifarResnetConfig {
+            blocks: vec![1, 1],
+            width: 4,
+        },
+        Shape::new(3, 8, 8),
+        3,
+    );
+    let vs = nn::VarStore::new(Device::Cpu);
+    let net = Net::build(&vs.root(), &g).expect("the built-in model is valid");
+    let mut opt = nn::Sgd {
+        momentum: 0.9,
+        wd: 5e-4,
+        ..Default::default()
+    }
+    .build(&vs, 0.05)?;
+    let vars = vs.trainable_variables();
+    // By name: the VarStore's map iterates in a different order in every process.
+    let mut named: Vec<(String, Tensor)> = vs
+        .variables()
+        .into_iter()
+        .filter(|(_, t)| !t.requires_grad() && t.kind() == Kind::Float)
+        .collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    let buffers: Vec<Tensor> = named.into_iter().map(|(_, t)| t).collect();
+    let (mut bucket, mut reduced) = (Vec::new(), Vec::new());
+    let global = 13usize;
+    let (mut losses, mut identical, mut bytes) = (Vec::new(), true, 0);
+    for step in 0..i64::from(steps) {
+        tch::manual_seed(1000 + step);
+        let x = Tensor::randn([global as i64, 3, 8, 8], (Kind::Float, Device::Cpu));
+        let y = Tensor::randint(3, [global as i64], (Kind::Int64, Device::Cpu));
+        let mine = shard_range(global, size, rank);
+        let (start, len) = (mine.start as i64, mine.len() as i64);
+        opt.zero_grad();
+        let loss = net
+            .forward_t(&x.narrow(0, start, len), !frozen_bn)
+            .cross_entropy_for_logits(&y.narrow(0, start, len));
+        loss.backward();
+        let weight = mine.len() as f32 / global as f32;
+        bytes = sync_gradients(comm, &vars, weight, &mut bucket, &mut reduced)?.bytes;
+        opt.step();
+        average_buffers(comm, &buffers, weight, &mut bucket, &mut reduced)?;
+        let local = [loss.f_double_value(&[])? * f64::from(weight)];
+        let mut total = [0f64];
+        comm.all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());
+        losses.push(total[0]);
+        let mine_hash = params_hash(&vs);
+        let mut all = vec![0u64; size];
+        comm.all_gather_into(&mine_hash, &mut all[..]);
+        identical &= all.iter().all(|&h| h == mine_hash);
+    }
+    let param_sum = vars
+        .iter()
+        .map(|t| t.sum(Kind::Double).double_value(&[]))
+        .sum();
+    Ok(DpReport {
+        ranks: size,
+        identical,
+        param_sum,
+        losses,
+        bytes_per_step: bytes,
+    })
+}

@@ -1,0 +1,127 @@
+//! The gradient exchange. Gradients are flattened into one f32 bucket, scaled by this rank's
+//! share of the global batch, summed onto the group's rank 0 and broadcast back, then
+//! copied into the gradient tensors. A reduce + broadcast (rather than an all-reduce) makes
+//! the result bit-identical on every rank by construction: tree and ring all-reduce
+//! algorithms may add the same values in different orders on different ranks.
+
+use std::time::Instant;
+
+use mpi::collective::{Root, SystemOperation};
+use mpi::traits::Communicator;
+use tch::Tensor;
+
+use super::TrainError;
+
+/// What one exchange cost.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SyncStats {
+    /// Bytes sent by this rank (the bucket, once).
+    pub bytes: u64,
+    /// Seconds in MPI.
+    pub seconds: f64,
+}
+
+/// Sums `bucket` over the group into `reduced` on every rank (onto rank 0, then broadcast);
+/// returns the seconds spent.
+fn reduce_broadcast<C: Communicator>(comm: &C, bucket: &[f32], reduced: &mut [f32]) -> f64 {
+    let started = Instant::now();
+    let root = comm.process_at_rank(0);
+    if comm.rank() == 0 {
+        root.reduce_into_root(bucket, reduced, SystemOperation::sum());
+    } else {
+        root.reduce_into(bucket, SystemOperation::sum());
+    }
+    root.broadcast_into(reduced);
+    started.elapsed().as_secs_f64()
+}
+
+/// Replaces each buffer (batch-norm running statistics: non-trainable float variables) by
+/// Σ_ranks weight_rank · buffer_rank, so every rank holds the group's weighted average, as if
+/// the statistics had been gathered over the global batch. Call after each step.
+pub fn average_buffers<C: Communicator>(
+    comm: &C,
+    buffers: &[Tensor],
+    weight: f32,
+    bucket: &mut Vec<f32>,
+    reduced: &mut Vec<f32>,
+) -> Result<SyncStats, TrainError> {
+    let sizes: Vec<usize> = buffers.iter().map(|v| v.numel()).collect();
+    let total: usize = sizes.iter().sum();
+    if i32::try_from(total).is_err() {
+        return Err(TrainError::TooLarge(total));
+    }
+    bucket.clear();
+    bucket.resize(total, 0.0);
+    reduced.clear();
+    reduced.resize(total, 0.0);
+    let mut offset = 0;
+    for (b, &n) in buffers.iter().zip(&sizes) {
+        b.f_contiguous()?
+            .f_copy_data(&mut bucket[offset..offset + n], n)?;
+        offset += n;
+    }
+    bucket.iter_mut().for_each(|x| *x *= weight);
+    let seconds = reduce_broadcast(comm, bucket, reduced);
+    let mut offset = 0;
+    tch::no_grad(|| -> Result<(), TrainError> {
+        for (b, &n) in buffers.iter().zip(&sizes) {
+            let summed = Tensor::f_from_slice(&reduced[offset..offset + n])?.f_view_as(b)?;
+            b.shallow_clone().f_copy_(&summed)?;
+            offset += n;
+        }
+        Ok(())
+    })?;
+    Ok(SyncStats {
+        bytes: (total * std::mem::size_of::<f32>()) as u64,
+        seconds,
+    })
+}
+
+/// Replaces every variable's gradient by Σ_ranks weight_rank · gradient_rank, where `weight`
+/// is this rank's share of the global batch (its samples / all samples), so the result is
+/// the gradient of the global batch's mean loss. Every variable needs a gradient (a rank
+/// with an empty shard runs backward on a zero loss). `bucket` and `reduced` are reused.
+pub fn sync_gradients<C: Communicator>(
+    comm: &C,
+    vars: &[Tensor],
+    weight: f32,
+    bucket: &mut Vec<f32>,
+    reduced: &mut Vec<f32>,
+) -> Result<SyncStats, TrainError> {
+    let sizes: Vec<usize> = vars.iter().map(|v| v.numel()).collect();
+    let total: usize = sizes.iter().sum();
+    if i32::try_from(total).is_err() {
+        return Err(TrainError::TooLarge(total));
+    }
+    bucket.clear();
+    bucket.resize(total, 0.0);
+    reduced.clear();
+    reduced.resize(total, 0.0);
+    let mut offset = 0;
+    for (i, (v, &n)) in vars.iter().zip(&sizes).enumerate() {
+        let g = v.grad();
+        if !g.defined() {
+            return Err(TrainError::NoGradient(i));
+        }
+        g.f_contiguous()?
+            .f_copy_data(&mut bucket[offset..offset + n], n)?;
+        offset += n;
+    }
+    for x in bucket.iter_mut() {
+        *x *= weight;
+    }
+    let seconds = reduce_broadcast(comm, bucket, reduced);
+    let mut offset = 0;
+    tch::no_grad(|| -> Result<(), TrainError> {
+        for (v, &n) in vars.iter().zip(&sizes) {
+            let summed = Tensor::f_from_slice(&reduced[offset..offset + n])?.f_view_as(v)?;
+            v.grad().f_copy_(&summed)?;
+            offset += n;
+        }
+        Ok(())
+    })?;
+    Ok(SyncStats {
+        bytes: (total * std::mem::size_of::<f32>()) as u64,
+        seconds,
+    })
+}
