@@ -1,9 +1,12 @@
 //! Training on a replica group. So far: the data-parallel exchange — every rank's gradients
 //! (and batch-norm statistics), weighted by its share of the global batch, summed over the
 //! group communicator so that every rank applies the same update and holds bit-identical
-//! parameters and buffers; and `aiperf dp-check`, which verifies that under MPI.
+//! parameters and buffers; `aiperf dp-check`, which verifies that under MPI; and the
+//! training rules (learning-rate schedule, budgets, patience, early stopping, predicted
+//! accuracy) as pure functions.
 
 mod check;
+pub mod schedule;
 mod sync;
 
 pub use check::{dp_check, DpReport};
