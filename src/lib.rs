@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod arch;
+pub mod cluster;
 pub mod data;
 pub mod model;
 pub mod ops;

@@ -1,0 +1,304 @@
+//! Messages between the primary and the group leaders (DESIGN.md §2): serde types encoded
+//! with bincode inside a versioned envelope. Receivers check the size before decoding (the
+//! primary probes a message's length first) and refuse another protocol version by name.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::arch::{Descriptor, Graph};
+use crate::search::Hparams;
+
+/// Version of these messages; both ends must agree.
+pub const PROTOCOL_VERSION: u16 = 1;
+/// Default largest message accepted (a history delta of many ResNet-50-sized graphs fits).
+pub const DEFAULT_LIMIT_BYTES: usize = 64 << 20;
+
+/// A leader's request or report to the primary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToPrimary {
+    /// A group announces itself.
+    Hello {
+        /// Group number.
+        group: u32,
+        /// Ranks in the group.
+        ranks: u32,
+        /// Host of the leader.
+        host: String,
+    },
+    /// Register a candidate: the primary assigns a global id or reports a duplicate.
+    Register {
+        /// Group asking.
+        group: u32,
+        /// Father's model id (`None` for an initial model).
+        father: Option<u64>,
+        /// The candidate's architecture.
+        graph: Graph,
+        /// Its search descriptor (for de-duplication across groups).
+        descriptor: Descriptor,
+    },
+    /// Ask for the next trial's hyperparameters.
+    Suggest {
+        /// Group asking.
+        group: u32,
+        /// The group's round.
+        round: u32,
+    },
+    /// A completed epoch.
+    Progress {
+        /// Group.
+        group: u32,
+        /// Model id.
+        model_id: u64,
+        /// Epoch number.
+        epoch: u32,
+        /// Its validation accuracy.
+        val_accuracy: f64,
+    },
+    /// A finished trial; the primary answers with the history delta.
+    Result {
+        /// Group.
+        group: u32,
+        /// Model id.
+        model_id: u64,
+        /// Best measured validation accuracy.
+        accuracy: f64,
+        /// The value for the search (predicted final accuracy in warm-up rounds).
+        reported: f64,
+        /// Epochs completed.
+        epochs: u32,
+        /// Hyperparameters used.
+        hparams: Hparams,
+    },
+    /// The group stopped and closed its records.
+    Bye {
+        /// Group.
+        group: u32,
+    },
+}
+
+/// A trained model, as the primary shares it with the groups' generators.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// Global model id.
+    pub model_id: u64,
+    /// Father's id.
+    pub father: Option<u64>,
+    /// The architecture.
+    pub graph: Graph,
+    /// The value the search maximises.
+    pub accuracy: f64,
+}
+
+/// The primary's answer or instruction to a leader.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ToGroup {
+    /// The candidate's global model id.
+    Registered {
+        /// Assigned id.
+        model_id: u64,
+    },
+    /// The candidate duplicates a seen architecture; generate another.
+    Duplicate,
+    /// Hyperparameters for the next trial.
+    Hparams(Hparams),
+    /// Models trained since this group's last sync.
+    History(Vec<HistoryEntry>),
+    /// Stop: the deadline passed (or the run was interrupted).
+    Stop,
+}
+
+/// Why a message could not be read.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProtocolError {
+    /// Larger than the receiver accepts.
+    #[error("message of {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Sent by another protocol version.
+    #[error("message from protocol version {found}, this aiperf speaks version {expected}: run the same aiperf build on every rank")]
+    Version {
+        /// The sender's version.
+        found: u16,
+        /// Ours.
+        expected: u16,
+    },
+    /// Not a message of this protocol.
+    #[error("undecodable message: {0}")]
+    Decode(String),
+}
+
+#[derive(Serialize, Deserialize)]
+struct Envelope<T> {
+    version: u16,
+    body: T,
+}
+
+fn config() -> bincode::config::Configuration {
+    bincode::config::standard()
+}
+
+/// Encodes a message in its envelope.
+pub fn encode<T: Serialize>(body: &T) -> Vec<u8> {
+    bincode::serde::encode_to_vec(
+        Envelope {
+            version: PROTOCOL_VERSION,
+            body,
+        },
+        config(),
+    )
+    .expect("protocol messages serialise")
+}
+
+/// Decodes a message, refusing one larger than `limit` bytes or of another version.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8], limit: usize) -> Result<T, ProtocolError> {
+    if bytes.len() > limit {
+        return Err(ProtocolError::TooLarge {
+            size: bytes.len(),
+            limit,
+        });
+    }
+    // The version comes first, so it can be checked before the body is interpreted.
+    let (version, _): (u16, usize) = bincode::serde::decode_from_slice(bytes, config())
+        .map_err(|e| ProtocolError::Decode(e.to_string()))?;
+    if version != PROTOCOL_VERSION {
+        return Err(ProtocolError::Version {
+            found: version,
+            expected: PROTOCOL_VERSION,
+        });
+    }
+    let (env, used): (Envelope<T>, usize) = bincode::serde::decode_from_slice(bytes, config())
+        .map_err(|e| ProtocolError::Decode(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(ProtocolError::Decode(format!(
+            "{} trailing bytes",
+            bytes.len() - used
+        )));
+    }
+    Ok(env.body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::{resnet50, Shape};
+
+    fn sample() -> Vec<ToPrimary> {
+        let g = resnet50(Shape::new(3, 224, 224), 1000);
+        let h = Hparams {
+            batch_size: 64,
+            kernel_size: 5,
+        };
+        vec![
+            ToPrimary::Hello {
+                group: 3,
+                ranks: 8,
+                host: "node7".into(),
+            },
+            ToPrimary::Register {
+                group: 3,
+                father: Some(12),
+                descriptor: g.descriptor(),
+                graph: g,
+            },
+            ToPrimary::Suggest { group: 3, round: 4 },
+            ToPrimary::Progress {
+                group: 3,
+                model_id: 40,
+                epoch: 2,
+                val_accuracy: 0.61,
+            },
+            ToPrimary::Result {
+                group: 3,
+                model_id: 40,
+                accuracy: 0.7,
+                reported: 0.74,
+                epochs: 15,
+                hparams: h,
+            },
+            ToPrimary::Bye { group: 3 },
+        ]
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        for m in sample() {
+            assert_eq!(
+                decode::<ToPrimary>(&encode(&m), DEFAULT_LIMIT_BYTES).unwrap(),
+                m
+            );
+        }
+        let g = resnet50(Shape::new(3, 64, 64), 10);
+        let answers = vec![
+            ToGroup::Registered { model_id: 9 },
+            ToGroup::Duplicate,
+            ToGroup::Hparams(Hparams {
+                batch_size: 32,
+                kernel_size: 3,
+            }),
+            ToGroup::History(vec![HistoryEntry {
+                model_id: 1,
+                father: None,
+                graph: g,
+                accuracy: 0.5,
+            }]),
+            ToGroup::Stop,
+        ];
+        for m in answers {
+            assert_eq!(
+                decode::<ToGroup>(&encode(&m), DEFAULT_LIMIT_BYTES).unwrap(),
+                m
+            );
+        }
+    }
+
+    #[test]
+    fn oversized_foreign_and_garbage_messages_are_refused() {
+        let bytes = encode(&sample()[1]);
+        assert_eq!(
+            decode::<ToPrimary>(&bytes, 100).unwrap_err(),
+            ProtocolError::TooLarge {
+                size: bytes.len(),
+                limit: 100
+            }
+        );
+        let foreign = bincode::serde::encode_to_vec(
+            Envelope {
+                version: 7u16,
+                body: ToGroup::Stop,
+            },
+            config(),
+        )
+        .unwrap();
+        let e = decode::<ToGroup>(&foreign, DEFAULT_LIMIT_BYTES).unwrap_err();
+        assert_eq!(
+            e,
+            ProtocolError::Version {
+                found: 7,
+                expected: PROTOCOL_VERSION
+            }
+        );
+        assert!(e.to_string().contains("same aiperf build"));
+        assert!(matches!(
+            decode::<ToGroup>(&[1, 0xff, 0xff, 0xff], DEFAULT_LIMIT_BYTES),
+            Err(ProtocolError::Decode(_))
+        ));
+        let mut long = encode(&ToGroup::Stop);
+        long.push(0);
+        assert!(matches!(
+            decode::<ToGroup>(&long, DEFAULT_LIMIT_BYTES),
+            Err(ProtocolError::Decode(_))
+        ));
+        // A message that is valid for the other direction is not taken for this one.
+        assert!(decode::<ToGroup>(&encode(&sample()[0]), DEFAULT_LIMIT_BYTES).is_err());
+    }
+
+    #[test]
+    fn a_resnet50_registration_is_compact() {
+        let n = encode(&sample()[1]).len();
+        assert!(n < 64 << 10, "{n} bytes");
+    }
+}
