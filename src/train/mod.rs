@@ -3,10 +3,11 @@
 //! group communicator so that every rank applies the same update and holds bit-identical
 //! parameters and buffers; `aiperf dp-check`, which verifies that under MPI; and the
 //! training rules (learning-rate schedule, budgets, patience, early stopping, predicted
-//! accuracy) as pure functions.
+//! accuracy) as pure functions; and the simulated trainer's model of a trial.
 
 mod check;
 pub mod schedule;
+pub mod simulated;
 mod sync;
 
 pub use check::{dp_check, DpReport};

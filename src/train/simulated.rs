@@ -1,0 +1,128 @@
+//! The simulated trainer's model of a trial (`--trainer simulated`): no tensors. An epoch
+//! takes the time its operations would take at a declared device speed, and the validation
+//! accuracy follows a saturating learning curve towards the synthetic accuracy of the
+//! architecture and hyperparameters — for protocol tests with many ranks and scale studies.
+
+use serde::{Deserialize, Serialize};
+
+use crate::arch::Graph;
+use crate::ops::OpCount;
+use crate::search::sim::synthetic_accuracy;
+use crate::search::Hparams;
+
+/// A declared accelerator.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimDevice {
+    /// Sustained operations per second of one accelerator.
+    pub ops_per_s: f64,
+    /// Accelerators in the group (the epoch's work is split between them).
+    pub accelerators: u32,
+}
+
+/// One simulated epoch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SimEpoch {
+    /// Seconds it takes.
+    pub seconds: f64,
+    /// Training operations (DESIGN.md §4, the same as a real epoch's).
+    pub train_ops: u128,
+    /// Validation operations.
+    pub val_ops: u128,
+    /// Validation accuracy after it.
+    pub val_accuracy: f64,
+    /// Validation loss after it (cross-entropy of a model with that accuracy, roughly).
+    pub val_loss: f64,
+}
+
+/// Epochs of a trial under the simulation.
+#[derive(Clone, Debug)]
+pub struct SimTrial {
+    count: OpCount,
+    device: SimDevice,
+    train_images: u64,
+    val_images: u64,
+    global_batch: u64,
+    start: f64,
+    limit: f64,
+    tau: f64,
+}
+
+impl SimTrial {
+    /// A trial of `graph` with `h`, on `train_images`/`val_images` per epoch, batches of
+    /// `h.batch_size` per accelerator. `seed` varies the synthetic accuracy's noise.
+    pub fn new(
+        graph: &Graph,
+        h: Hparams,
+        device: SimDevice,
+        train_images: u64,
+        val_images: u64,
+        seed: u64,
+    ) -> Option<SimTrial> {
+        let count = OpCount::of(graph).ok()?;
+        let classes = f64::from(graph.num_classes().max(2));
+        Some(SimTrial {
+            count,
+            device,
+            train_images,
+            val_images,
+            global_batch: u64::from(h.batch_size.max(1)) * u64::from(device.accelerators.max(1)),
+            start: 1.0 / classes,
+            limit: synthetic_accuracy(graph, h, seed),
+            // Bigger batches take more epochs to converge.
+            tau: 2.0 + f64::from(h.batch_size) / 64.0,
+        })
+    }
+
+    /// Epoch `epoch` (1-based).
+    pub fn epoch(&self, epoch: u32) -> SimEpoch {
+        let steps = self.train_images.div_ceil(self.global_batch);
+        let train_ops = self.count.train_epoch(self.train_images, steps);
+        let val_ops = self.count.eval_epoch(self.val_images);
+        let rate = self.device.ops_per_s * f64::from(self.device.accelerators.max(1));
+        let acc = self.limit - (self.limit - self.start) * (-f64::from(epoch) / self.tau).exp();
+        SimEpoch {
+            seconds: (train_ops + val_ops) as f64 / rate,
+            train_ops,
+            val_ops,
+            val_accuracy: acc,
+            val_loss: -(acc.clamp(1e-6, 1.0 - 1e-6)).ln(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::{cifar_resnet, CifarResnetConfig, Shape};
+
+    #[test]
+    fn epochs_cost_their_operations_and_accuracy_saturates() {
+        let g = cifar_resnet(&CifarResnetConfig::resnet20(), Shape::new(3, 32, 32), 10);
+        let h = Hparams {
+            batch_size: 64,
+            kernel_size: 3,
+        };
+        let dev = SimDevice {
+            ops_per_s: 1e12,
+            accelerators: 2,
+        };
+        let t = SimTrial::new(&g, h, dev, 50_000, 10_000, 1).unwrap();
+        let c = OpCount::of(&g).unwrap();
+        let e1 = t.epoch(1);
+        // 50,000 images in ceil(50,000 / 128) = 391 steps.
+        assert_eq!(e1.train_ops, c.train_epoch(50_000, 391));
+        assert_eq!(e1.val_ops, c.eval_epoch(10_000));
+        assert!((e1.seconds - (e1.train_ops + e1.val_ops) as f64 / 2e12).abs() < 1e-12);
+        let accs: Vec<f64> = (1..=40).map(|e| t.epoch(e).val_accuracy).collect();
+        assert!(
+            accs.windows(2).all(|w| w[1] > w[0]),
+            "accuracy rises every epoch"
+        );
+        assert!(accs[0] > 0.1 && accs[39] < synthetic_accuracy(&g, h, 1) + 1e-12);
+        assert!(
+            (accs[39] - synthetic_accuracy(&g, h, 1)).abs() < 1e-3,
+            "and saturates"
+        );
+        assert!(t.epoch(2).val_loss < t.epoch(1).val_loss);
+    }
+}
