@@ -47,8 +47,64 @@ enum Command {
         #[arg(long)]
         frozen_bn: bool,
     },
+    /// The benchmark under MPI (rank 0 the primary, the other ranks replica groups). So far
+    /// with the simulated trainer: epochs cost their real operation counts at a declared speed.
+    Run(RunArgs),
     /// Score runs from their HDF5 records (DESIGN.md §5); the same as `aiperf-score`.
     Score(aiperf_records::cli::ScoreArgs),
+}
+
+/// The trainer of `aiperf run`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Trainer {
+    /// No tensors: epoch time from the op count and --sim-ops, accuracy from a learning curve.
+    Simulated,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// Which trainer the replicas use.
+    #[arg(long, value_enum)]
+    trainer: Trainer,
+    /// Run duration in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    duration: f64,
+    /// Ranks per replica group (default: one group per node).
+    #[arg(long)]
+    group_size: Option<usize>,
+    /// Records folder (default: results/run-<start time>).
+    #[arg(long)]
+    results: Option<PathBuf>,
+    /// Start architecture: resnet20, resnet18 or resnet50.
+    #[arg(long, default_value = "resnet20")]
+    start: String,
+    /// Input size HxWxC.
+    #[arg(long, default_value = "32x32x3")]
+    input: Shape,
+    /// Classes.
+    #[arg(long, default_value_t = 10)]
+    classes: u32,
+    /// Full epoch budget (warm-up rounds train 1/4, 1/2, 3/4 of it).
+    #[arg(long, default_value_t = 8)]
+    epochs: u32,
+    /// Simulated: sustained operations per second of one accelerator.
+    #[arg(long, default_value_t = 1e13)]
+    sim_ops: f64,
+    /// Simulated: training and validation images per epoch.
+    #[arg(long, default_value_t = 50_000)]
+    sim_train_images: u64,
+    /// Simulated: validation images per epoch.
+    #[arg(long, default_value_t = 10_000)]
+    sim_val_images: u64,
+    /// Simulated seconds per wall-clock second.
+    #[arg(long, default_value_t = 100.0)]
+    speedup: f64,
+    /// Seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Threads of each leader's search pool.
+    #[arg(long, default_value_t = 1)]
+    search_threads: usize,
 }
 
 #[derive(clap::Args, Debug)]
@@ -148,6 +204,88 @@ fn doctor(json: bool) -> anyhow::Result<()> {
             p.mpi_library,
             p.hdf5_version
         );
+    }
+    Ok(())
+}
+
+fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
+    use aiperf::cluster::{layout, run};
+    use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+    use mpi::topology::Color;
+    let Some(universe) = mpi::initialize() else {
+        bail!("MPI was already initialised");
+    };
+    let world = universe.world();
+    let Trainer::Simulated = a.trainer;
+    if !(a.duration > 0.0 && a.speedup > 0.0 && a.sim_ops > 0.0) || a.epochs == 0 {
+        bail!("--duration, --speedup, --sim-ops and --epochs must be positive");
+    }
+    let Some(start) = arch::by_name(&a.start, a.input, a.classes) else {
+        bail!("--start {:?}: use resnet20, resnet18 or resnet50", a.start);
+    };
+    OpCount::of(&start)
+        .with_context(|| format!("--start {} does not fit --input {}", a.start, a.input))?;
+    // Node of every rank: the lowest world rank sharing its memory.
+    let node = world.split_shared(0);
+    let mut lowest = 0i32;
+    node.all_reduce_into(&world.rank(), &mut lowest, SystemOperation::min());
+    let mut nodes = vec![0i32; world.size() as usize];
+    world.all_gather_into(&lowest, &mut nodes[..]);
+    let nodes: Vec<u64> = nodes.iter().map(|&n| n as u64).collect();
+    let layout = layout::layout(&nodes, a.group_size).map_err(anyhow::Error::msg)?;
+    // The common clock: rank 0's start.
+    let mut t0 = [std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64()];
+    world.process_at_rank(0).broadcast_into(&mut t0[..]);
+    let results = a
+        .results
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("results/run-{}", t0[0] as u64)));
+    let cfg = run::SimRunConfig {
+        results: results.clone(),
+        duration: std::time::Duration::from_secs_f64(a.duration),
+        config_json: serde_json::json!({
+            "trainer": "simulated", "duration_s": a.duration, "group_size": a.group_size, "start": a.start,
+            "input": a.input.to_string(), "classes": a.classes, "epochs": a.epochs, "sim_ops": a.sim_ops,
+            "sim_train_images": a.sim_train_images, "sim_val_images": a.sim_val_images, "speedup": a.speedup,
+            "seed": a.seed, "search_threads": a.search_threads,
+        })
+        .to_string(),
+        start,
+        start_name: a.start.clone(),
+        device: aiperf::train::simulated::SimDevice { ops_per_s: a.sim_ops, accelerators: 1 },
+        images: (a.sim_train_images, a.sim_val_images),
+        epochs: a.epochs,
+        speedup: a.speedup,
+        seed: a.seed,
+        search_threads: a.search_threads,
+    };
+    let rank = world.rank() as usize;
+    let color = layout.group_of[rank].map_or(Color::undefined(), |g| Color::with_value(g as i32));
+    let group_comm = world.split_by_color(color);
+    let outcome = match (layout.group_of[rank], &group_comm) {
+        (None, _) => run::primary(&world, &layout, &cfg, t0[0]),
+        (Some(g), Some(gc)) if layout.leaders[g as usize] == rank => {
+            run::leader(&world, gc, g, &cfg)
+        }
+        (Some(_), Some(gc)) => {
+            run::member(gc);
+            Ok(())
+        }
+        (Some(g), None) => Err(format!("rank {rank} got no communicator for group {g}")),
+    };
+    if let Err(e) = outcome {
+        eprintln!("aiperf: error: rank {rank}: {e}");
+        world.abort(1);
+    }
+    if rank == 0 {
+        let run = aiperf_records::read_run(&results)?;
+        let s = aiperf_records::score(
+            &run,
+            aiperf_records::score::OFFICIAL_INTERVAL_S.min(a.duration / 4.0),
+        )?;
+        print!("{}", aiperf_records::report::text(&s));
     }
     Ok(())
 }
@@ -367,6 +505,7 @@ fn main() -> ExitCode {
         Command::SearchSim(a) => search_sim(a),
         Command::Score(a) => aiperf_records::cli::run(&a),
         Command::DpCheck { steps, frozen_bn } => dp_check(steps, frozen_bn),
+        Command::Run(a) => run_benchmark(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -203,3 +203,25 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
         warnings,
     })
 }
+
+/// The architectures recorded in `dir/primary.h5`: (model id, IR JSON) in registration order.
+pub fn read_architectures(dir: &Path) -> Result<Vec<(u64, String)>, RecordError> {
+    let path = dir.join(PRIMARY_FILE);
+    let f = open(&path)?;
+    let ids = rows::<u64>(&f, &path, "architecture_ids")?;
+    let json = rows::<VarLenUnicode>(&f, &path, "architectures")?;
+    if ids.len() != json.len() {
+        return Err(RecordError::Hdf5 {
+            path,
+            message: format!(
+                "{} architecture ids but {} architectures",
+                ids.len(),
+                json.len()
+            ),
+        });
+    }
+    Ok(ids
+        .into_iter()
+        .zip(json.into_iter().map(|s| s.as_str().to_string()))
+        .collect())
+}

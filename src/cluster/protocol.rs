@@ -103,6 +103,8 @@ pub enum ToGroup {
     Hparams(Hparams),
     /// Models trained since this group's last sync.
     History(Vec<HistoryEntry>),
+    /// Go on (the answer to a progress report before the deadline).
+    Continue,
     /// Stop: the deadline passed (or the run was interrupted).
     Stop,
 }
@@ -245,6 +247,7 @@ mod tests {
                 graph: g,
                 accuracy: 0.5,
             }]),
+            ToGroup::Continue,
             ToGroup::Stop,
         ];
         for m in answers {

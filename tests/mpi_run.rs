@@ -1,0 +1,156 @@
+//! `aiperf run --trainer simulated` under a real `mpirun`: the records it leaves are complete
+//! and consistent — every group's epochs in time order, every epoch's operations equal to the
+//! op counter's prediction for its architecture, images and steps, trials whose fathers are
+//! earlier models — and the scoring step reads them.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use aiperf::arch::Graph;
+use aiperf::ops::OpCount;
+use aiperf_records::{read_architectures, read_run, score};
+
+fn run(np: usize, extra: &[&str], dir: &Path) -> String {
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let out = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .args([
+            np.to_string().as_str(),
+            "run",
+            "--trainer",
+            "simulated",
+            "--results",
+        ])
+        .arg(dir)
+        .args(extra)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "np={np}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// Checks a run's records; returns (groups, epochs).
+fn check_records(dir: &Path, ranks_per_group: u64) -> (usize, usize) {
+    let run = read_run(dir).unwrap();
+    assert!(run.warnings.is_empty(), "{:?}", run.warnings);
+    let archs: HashMap<u64, Graph> = read_architectures(dir)
+        .unwrap()
+        .into_iter()
+        .map(|(id, json)| (id, Graph::from_json(&json).unwrap()))
+        .collect();
+    let batch_of: HashMap<u64, u32> = run
+        .trials
+        .iter()
+        .map(|t| (t.model_id, t.batch_size))
+        .collect();
+    let mut epochs = 0;
+    for g in &run.groups {
+        assert!(!g.epochs.is_empty(), "group {} recorded no epoch", g.group);
+        assert!(
+            g.epochs.windows(2).all(|w| w[0].time_s <= w[1].time_s),
+            "group {}: times go back",
+            g.group
+        );
+        for e in &g.epochs {
+            let count = OpCount::of(&archs[&e.model_id]).unwrap();
+            let Some(&batch) = batch_of.get(&e.model_id) else {
+                continue;
+            }; // trial cut at the deadline
+            let steps = e.train_images.div_ceil(u64::from(batch) * ranks_per_group);
+            assert_eq!(
+                u128::from(e.train_ops),
+                count.train_epoch(e.train_images, steps),
+                "model {}",
+                e.model_id
+            );
+            assert_eq!(u128::from(e.val_ops), count.eval_epoch(e.val_images));
+            epochs += 1;
+        }
+    }
+    let ids: Vec<u64> = run.trials.iter().map(|t| t.model_id).collect();
+    for t in &run.trials {
+        assert!(
+            t.father < t.model_id as i64,
+            "model {}'s father {} is not earlier",
+            t.model_id,
+            t.father
+        );
+        assert!(archs.contains_key(&t.model_id));
+    }
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len(), "a model was reported twice");
+    let s = score(&run, 1.0).unwrap();
+    assert!(s.ops_per_s > 0.0 && s.best_accuracy > 0.1);
+    (run.groups.len(), epochs)
+}
+
+#[test]
+fn three_ranks_one_group_of_two() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = run(3, &["--duration", "5"], &tmp.path().join("r"));
+    assert!(out.contains("score (sustained)"), "{out}");
+    let (groups, epochs) = check_records(&tmp.path().join("r"), 2);
+    assert_eq!(groups, 1);
+    assert!(epochs > 5, "{epochs} epochs");
+}
+
+#[test]
+fn four_ranks_three_groups_share_one_history() {
+    let tmp = tempfile::tempdir().unwrap();
+    run(
+        4,
+        &["--duration", "5", "--group-size", "1"],
+        &tmp.path().join("r"),
+    );
+    let (groups, _) = check_records(&tmp.path().join("r"), 1);
+    assert_eq!(groups, 3);
+    // Groups learn from each other: some model's father was trained by another group.
+    let run = read_run(&tmp.path().join("r")).unwrap();
+    let group_of: HashMap<u64, u32> = run.trials.iter().map(|t| (t.model_id, t.group)).collect();
+    assert!(run.trials.iter().any(|t| t.father >= 0
+        && group_of
+            .get(&(t.father as u64))
+            .is_some_and(|&g| g != t.group)));
+}
+
+#[test]
+fn thirty_two_ranks_simulated() {
+    let tmp = tempfile::tempdir().unwrap();
+    run(
+        32,
+        &["--duration", "8", "--group-size", "1"],
+        &tmp.path().join("r"),
+    );
+    let (groups, _) = check_records(&tmp.path().join("r"), 1);
+    assert_eq!(groups, 31);
+}
+
+#[test]
+fn a_bad_layout_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let out = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .args([
+            "4",
+            "run",
+            "--trainer",
+            "simulated",
+            "--group-size",
+            "2",
+            "--results",
+        ])
+        .arg(tmp.path().join("r"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a multiple of --group-size 2"));
+}
