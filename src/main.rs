@@ -261,11 +261,17 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
         seed: a.seed,
         search_threads: a.search_threads,
     };
+    // SIGTERM/SIGINT (from mpirun, SLURM): the primary stops the run as at the deadline; the
+    // other ranks keep going until it tells them to stop, so every file closes cleanly.
+    let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, std::sync::Arc::clone(&interrupted))?;
+    }
     let rank = world.rank() as usize;
     let color = layout.group_of[rank].map_or(Color::undefined(), |g| Color::with_value(g as i32));
     let group_comm = world.split_by_color(color);
     let outcome = match (layout.group_of[rank], &group_comm) {
-        (None, _) => run::primary(&world, &layout, &cfg, t0[0]),
+        (None, _) => run::primary(&world, &layout, &cfg, t0[0], &interrupted),
         (Some(g), Some(gc)) if layout.leaders[g as usize] == rank => {
             run::leader(&world, gc, g, &cfg)
         }

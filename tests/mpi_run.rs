@@ -154,3 +154,81 @@ fn a_bad_layout_is_refused_by_name() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a multiple of --group-size 2"));
 }
+
+/// World ranks of `aiperf run` writing to `dir` (their command lines name it).
+fn rank_pids(dir: &Path) -> Vec<String> {
+    let needle = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .chars()
+                .all(|c| c.is_ascii_digit())
+        })
+        .filter_map(|e| {
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let args: Vec<String> = cmd
+                .split(|&b| b == 0)
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            let is_rank = args.first()?.ends_with("/aiperf") && args.iter().any(|a| a == &needle);
+            is_rank.then(|| e.file_name().to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn sigterm_stops_the_run_cleanly_with_records_intact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let child = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .args([
+            "3",
+            "run",
+            "--trainer",
+            "simulated",
+            "--duration",
+            "300",
+            "--group-size",
+            "1",
+            "--results",
+        ])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the run to be under way: some epochs on record.
+    let started = std::time::Instant::now();
+    while !(dir.join("group-1.h5").exists() && started.elapsed().as_secs_f64() > 3.0) {
+        assert!(started.elapsed().as_secs() < 60, "the run did not start");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // SIGTERM to every rank, as SLURM does at a time limit.
+    let pids = rank_pids(&dir);
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    Command::new("kill")
+        .arg("-TERM")
+        .args(&pids)
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(started.elapsed().as_secs() < 120, "stopping took too long");
+    let run = read_run(&dir).unwrap();
+    assert!(run.warnings.is_empty(), "{:?}", run.warnings);
+    let end = run.info.end_time_s.unwrap();
+    assert!(
+        end - run.info.start_time_s < 100.0,
+        "ended at the signal, not the deadline"
+    );
+    check_records(&dir, 1);
+}

@@ -8,6 +8,7 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -80,12 +81,14 @@ struct Primary {
     start_of: std::collections::HashMap<u64, f64>,
 }
 
-/// Rank 0: serves requests until the deadline and every group's goodbye.
+/// Rank 0: serves requests until the deadline (or `interrupted`: SIGTERM/SIGINT) and every
+/// group's goodbye. An interrupted run ends at the moment of the interruption.
 pub fn primary<C: Communicator>(
     world: &C,
     layout: &Layout,
     cfg: &SimRunConfig,
     t0: f64,
+    interrupted: &AtomicBool,
 ) -> Result<(), String> {
     let meta = RunMeta {
         program_version: env!("CARGO_PKG_VERSION").into(),
@@ -127,9 +130,10 @@ pub fn primary<C: Communicator>(
         let src = status.source_rank();
         let msg: ToPrimary =
             decode(&bytes, DEFAULT_LIMIT_BYTES).map_err(|e| format!("from rank {src}: {e}"))?;
-        let stopping = now_s() >= deadline;
+        let now = now_s();
+        let stopping = now >= deadline || interrupted.load(Ordering::Relaxed);
         if stopping && end.is_none() {
-            end = Some(deadline);
+            end = Some(now.min(deadline));
         }
         let reply = match msg {
             ToPrimary::Hello { group, .. } => Some(p.delta(group)),
