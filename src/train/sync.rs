@@ -35,17 +35,16 @@ fn reduce_broadcast<C: Communicator>(comm: &C, bucket: &[f32], reduced: &mut [f3
     started.elapsed().as_secs_f64()
 }
 
-/// Replaces each buffer (batch-norm running statistics: non-trainable float variables) by
-/// Σ_ranks weight_rank · buffer_rank, so every rank holds the group's weighted average, as if
-/// the statistics had been gathered over the global batch. Call after each step.
-pub fn average_buffers<C: Communicator>(
+/// Replaces each tensor of `tensors` in place by Σ_ranks weight_rank · tensor_rank: flattened
+/// into `bucket`, scaled, summed with [`reduce_broadcast`] into `reduced`, copied back.
+fn weighted_sum<C: Communicator>(
     comm: &C,
-    buffers: &[Tensor],
+    tensors: &[Tensor],
     weight: f32,
     bucket: &mut Vec<f32>,
     reduced: &mut Vec<f32>,
 ) -> Result<SyncStats, TrainError> {
-    let sizes: Vec<usize> = buffers.iter().map(|v| v.numel()).collect();
+    let sizes: Vec<usize> = tensors.iter().map(|t| t.numel()).collect();
     let total: usize = sizes.iter().sum();
     if i32::try_from(total).is_err() {
         return Err(TrainError::TooLarge(total));
@@ -55,8 +54,8 @@ pub fn average_buffers<C: Communicator>(
     reduced.clear();
     reduced.resize(total, 0.0);
     let mut offset = 0;
-    for (b, &n) in buffers.iter().zip(&sizes) {
-        b.f_contiguous()?
+    for (t, &n) in tensors.iter().zip(&sizes) {
+        t.f_contiguous()?
             .f_copy_data(&mut bucket[offset..offset + n], n)?;
         offset += n;
     }
@@ -64,9 +63,9 @@ pub fn average_buffers<C: Communicator>(
     let seconds = reduce_broadcast(comm, bucket, reduced);
     let mut offset = 0;
     tch::no_grad(|| -> Result<(), TrainError> {
-        for (b, &n) in buffers.iter().zip(&sizes) {
-            let summed = Tensor::f_from_slice(&reduced[offset..offset + n])?.f_view_as(b)?;
-            b.shallow_clone().f_copy_(&summed)?;
+        for (t, &n) in tensors.iter().zip(&sizes) {
+            let summed = Tensor::f_from_slice(&reduced[offset..offset + n])?.f_view_as(t)?;
+            t.shallow_clone().f_copy_(&summed)?;
             offset += n;
         }
         Ok(())
@@ -75,6 +74,20 @@ pub fn average_buffers<C: Communicator>(
         bytes: (total * std::mem::size_of::<f32>()) as u64,
         seconds,
     })
+}
+
+/// Replaces each buffer (batch-norm running statistics: non-trainable float variables) by
+/// Σ_ranks weight_rank · buffer_rank, so every rank holds the group's weighted average, as if
+/// the statistics had been gathered over the global batch. Call after each step, with the
+/// buffers in the same order on every rank (e.g. sorted by name).
+pub fn average_buffers<C: Communicator>(
+    comm: &C,
+    buffers: &[Tensor],
+    weight: f32,
+    bucket: &mut Vec<f32>,
+    reduced: &mut Vec<f32>,
+) -> Result<SyncStats, TrainError> {
+    weighted_sum(comm, buffers, weight, bucket, reduced)
 }
 
 /// Replaces every variable's gradient by Σ_ranks weight_rank · gradient_rank, where `weight`
@@ -88,40 +101,18 @@ pub fn sync_gradients<C: Communicator>(
     bucket: &mut Vec<f32>,
     reduced: &mut Vec<f32>,
 ) -> Result<SyncStats, TrainError> {
-    let sizes: Vec<usize> = vars.iter().map(|v| v.numel()).collect();
-    let total: usize = sizes.iter().sum();
-    if i32::try_from(total).is_err() {
-        return Err(TrainError::TooLarge(total));
-    }
-    bucket.clear();
-    bucket.resize(total, 0.0);
-    reduced.clear();
-    reduced.resize(total, 0.0);
-    let mut offset = 0;
-    for (i, (v, &n)) in vars.iter().zip(&sizes).enumerate() {
-        let g = v.grad();
-        if !g.defined() {
-            return Err(TrainError::NoGradient(i));
-        }
-        g.f_contiguous()?
-            .f_copy_data(&mut bucket[offset..offset + n], n)?;
-        offset += n;
-    }
-    for x in bucket.iter_mut() {
-        *x *= weight;
-    }
-    let seconds = reduce_broadcast(comm, bucket, reduced);
-    let mut offset = 0;
-    tch::no_grad(|| -> Result<(), TrainError> {
-        for (v, &n) in vars.iter().zip(&sizes) {
-            let summed = Tensor::f_from_slice(&reduced[offset..offset + n])?.f_view_as(v)?;
-            v.grad().f_copy_(&summed)?;
-            offset += n;
-        }
-        Ok(())
-    })?;
-    Ok(SyncStats {
-        bytes: (total * std::mem::size_of::<f32>()) as u64,
-        seconds,
-    })
+    // `grad()` returns a handle on the gradient's storage: writing it writes the gradient.
+    let grads: Vec<Tensor> = vars
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let g = v.grad();
+            if g.defined() {
+                Ok(g)
+            } else {
+                Err(TrainError::NoGradient(i))
+            }
+        })
+        .collect::<Result<_, _>>()?;
+    weighted_sum(comm, &grads, weight, bucket, reduced)
 }
