@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score clean
+.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary clean
 
 all: build
 
@@ -38,3 +38,12 @@ bench-search: build
 
 bench-score: setup
 	scripts/bench-score
+
+bench-train: data
+	scripts/bench-train
+
+bench-comm: build
+	scripts/bench-comm
+
+bench-primary: build
+	scripts/bench-primary

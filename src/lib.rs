@@ -10,6 +10,7 @@ pub mod data;
 pub mod model;
 pub mod ops;
 pub mod platform;
+pub mod preset;
 pub mod search;
 pub mod seeds;
 pub mod train;

@@ -8,6 +8,7 @@ use aiperf::arch::{self, Graph, Shape};
 use aiperf::data::{open_split, Augment, Loader, LoaderConfig};
 use aiperf::ops::OpCount;
 use aiperf::platform::Platform;
+use aiperf::preset::Preset;
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use mpi::traits::Communicator;
@@ -47,9 +48,12 @@ enum Command {
         #[arg(long)]
         frozen_bn: bool,
     },
-    /// The benchmark under MPI (rank 0 the primary, the other ranks replica groups). So far
-    /// with the simulated trainer: epochs cost their real operation counts at a declared speed.
+    /// The benchmark under MPI: rank 0 the primary, the other ranks replica groups that
+    /// search architectures and train them data-parallel; prints the score at the end.
     Run(RunArgs),
+    /// Profile the interconnect: all-reduce and the training's gradient exchange over a sweep
+    /// of sizes, over the whole world and within groups (algorithm and bus bandwidth).
+    CommBench(CommBenchArgs),
     /// Score runs from their HDF5 records (DESIGN.md §5); the same as `aiperf-score`.
     Score(aiperf_records::cli::ScoreArgs),
 }
@@ -57,40 +61,67 @@ enum Command {
 /// The trainer of `aiperf run`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum Trainer {
+    /// libtorch: real training, data-parallel within each group.
+    Real,
     /// No tensors: epoch time from the op count and --sim-ops, accuracy from a learning curve.
     Simulated,
 }
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
+    /// A preset (fashion-mnist, cifar10, imagenet = the official rules) or a preset JSON file.
+    #[arg(long, default_value = "fashion-mnist")]
+    config: String,
+    /// Print the resolved configuration as a preset JSON file and exit.
+    #[arg(long)]
+    print_config: bool,
     /// Which trainer the replicas use.
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, default_value = "real")]
     trainer: Trainer,
-    /// Run duration in seconds.
-    #[arg(long, default_value_t = 60.0)]
-    duration: f64,
+    /// Run duration in seconds (overrides the preset).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Full epoch budget; warm-up rounds train 1/4, 1/2, 3/4 of it (overrides the preset).
+    #[arg(long)]
+    epochs: Option<u32>,
+    /// Folder with the dataset's train.aipk and val.aipk (default: $AIPERF_DATA/<dataset>,
+    /// else data/<dataset>).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Training images per epoch, a fresh random subset each epoch (overrides the preset).
+    #[arg(long)]
+    train_images: Option<usize>,
+    /// Validation images (overrides the preset).
+    #[arg(long)]
+    val_images: Option<usize>,
+    /// Per-rank batch-size range searched by TPE, MIN:MAX or one fixed size.
+    #[arg(long)]
+    batch_size: Option<String>,
+    /// CPU threads per training rank (default: the node's cores shared by its training ranks).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Arithmetic: fp32, or fp16 (CUDA autocast).
+    #[arg(long, value_enum)]
+    precision: Option<aiperf::train::Precision>,
     /// Ranks per replica group (default: one group per node).
     #[arg(long)]
     group_size: Option<usize>,
     /// Records folder (default: results/run-<start time>).
     #[arg(long)]
     results: Option<PathBuf>,
-    /// Start architecture: resnet20, resnet18 or resnet50.
-    #[arg(long, default_value = "resnet20")]
-    start: String,
-    /// Input size HxWxC.
-    #[arg(long, default_value = "32x32x3")]
-    input: Shape,
-    /// Classes.
-    #[arg(long, default_value_t = 10)]
-    classes: u32,
-    /// Full epoch budget (warm-up rounds train 1/4, 1/2, 3/4 of it).
-    #[arg(long, default_value_t = 8)]
-    epochs: u32,
+    /// Start architecture: resnet8, resnet20, resnet18 or resnet50 (overrides the preset).
+    #[arg(long)]
+    start: Option<String>,
+    /// Simulated: input size HxWxC (the real trainer takes it from the data).
+    #[arg(long)]
+    input: Option<Shape>,
+    /// Simulated: classes (the real trainer takes them from the data).
+    #[arg(long)]
+    classes: Option<u32>,
     /// Simulated: sustained operations per second of one accelerator.
     #[arg(long, default_value_t = 1e13)]
     sim_ops: f64,
-    /// Simulated: training and validation images per epoch.
+    /// Simulated: training images per epoch.
     #[arg(long, default_value_t = 50_000)]
     sim_train_images: u64,
     /// Simulated: validation images per epoch.
@@ -99,12 +130,37 @@ struct RunArgs {
     /// Simulated seconds per wall-clock second.
     #[arg(long, default_value_t = 100.0)]
     speedup: f64,
+    /// Step of the score's timeline in the final report, seconds (overrides the preset).
+    #[arg(long)]
+    score_interval: Option<f64>,
     /// Seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Threads of each leader's search pool.
     #[arg(long, default_value_t = 1)]
     search_threads: usize,
+}
+
+#[derive(clap::Args, Debug)]
+struct CommBenchArgs {
+    /// Smallest message, bytes.
+    #[arg(long, default_value_t = 1024)]
+    min_bytes: u64,
+    /// Largest message, bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    max_bytes: u64,
+    /// Timed operations per size.
+    #[arg(long, default_value_t = 20)]
+    iters: usize,
+    /// Untimed operations per size first.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    /// Also sweep within groups of this many consecutive ranks.
+    #[arg(long)]
+    group_size: Option<usize>,
+    /// One JSON object per row instead of tables.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -208,23 +264,91 @@ fn doctor(json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The preset with this command line's overrides applied.
+fn resolve_preset(a: &RunArgs) -> anyhow::Result<Preset> {
+    let mut p = Preset::load(&a.config).map_err(anyhow::Error::msg)?;
+    if let Some(d) = a.duration {
+        p.duration_s = d;
+    }
+    if let Some(e) = a.epochs {
+        p.epochs = e;
+    }
+    if let Some(s) = &a.start {
+        p.start.clone_from(s);
+    }
+    if let Some(n) = a.train_images {
+        p.train.train_images = Some(n);
+    }
+    if let Some(n) = a.val_images {
+        p.train.val_images = Some(n);
+    }
+    if let Some(b) = &a.batch_size {
+        let parse = |v: &str| {
+            v.trim().parse::<u32>().map_err(|_| {
+                anyhow::anyhow!("--batch-size {b:?}: expected MIN:MAX or one size, e.g. 32:128")
+            })
+        };
+        p.batch_size = match b.split_once(':') {
+            Some((lo, hi)) => (parse(lo)?, parse(hi)?),
+            None => (parse(b)?, parse(b)?),
+        };
+    }
+    if let Some(x) = a.precision {
+        p.train.precision = x;
+    }
+    if let Some(i) = a.score_interval {
+        p.score_interval_s = i;
+    }
+    p.validate()
+        .map_err(|e| anyhow::anyhow!("{e} (after the command-line overrides)"))?;
+    if !(a.speedup > 0.0 && a.sim_ops > 0.0) {
+        bail!("--speedup and --sim-ops must be positive");
+    }
+    Ok(p)
+}
+
+/// Fixed-size, zero-padded bytes of a short string, for gathering over MPI.
+fn padded(s: &str) -> [u8; 64] {
+    let mut out = [0u8; 64];
+    let b = s.as_bytes();
+    out[..b.len().min(64)].copy_from_slice(&b[..b.len().min(64)]);
+    out
+}
+
+fn unpadded(b: &[u8]) -> String {
+    String::from_utf8_lossy(b)
+        .trim_end_matches('\0')
+        .to_string()
+}
+
+/// Collective: every rank's outcome of a set-up step; if any failed, each failing rank
+/// names its error and all return an error (so no rank waits for a collective forever).
+fn agree<C: Communicator>(world: &C, mine: anyhow::Result<()>) -> anyhow::Result<()> {
+    use mpi::collective::{CommunicatorCollectives, SystemOperation};
+    let ok = i32::from(mine.is_ok());
+    let mut all = 0i32;
+    world.all_reduce_into(&ok, &mut all, SystemOperation::min());
+    match mine {
+        Err(e) => Err(e.context(format!("rank {}", world.rank()))),
+        Ok(()) if all == 0 => bail!("another rank failed to set up (see its message)"),
+        Ok(()) => Ok(()),
+    }
+}
+
 fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
-    use aiperf::cluster::{layout, run};
+    use aiperf::cluster::{clock, layout, run};
     use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
     use mpi::topology::Color;
+    let preset = resolve_preset(&a)?;
+    if a.print_config {
+        println!("{}", serde_json::to_string_pretty(&preset)?);
+        return Ok(());
+    }
     let Some(universe) = mpi::initialize() else {
         bail!("MPI was already initialised");
     };
     let world = universe.world();
-    let Trainer::Simulated = a.trainer;
-    if !(a.duration > 0.0 && a.speedup > 0.0 && a.sim_ops > 0.0) || a.epochs == 0 {
-        bail!("--duration, --speedup, --sim-ops and --epochs must be positive");
-    }
-    let Some(start) = arch::by_name(&a.start, a.input, a.classes) else {
-        bail!("--start {:?}: use resnet20, resnet18 or resnet50", a.start);
-    };
-    OpCount::of(&start)
-        .with_context(|| format!("--start {} does not fit --input {}", a.start, a.input))?;
+    let rank = world.rank() as usize;
     // Node of every rank: the lowest world rank sharing its memory.
     let node = world.split_shared(0);
     let mut lowest = 0i32;
@@ -233,41 +357,183 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
     world.all_gather_into(&lowest, &mut nodes[..]);
     let nodes: Vec<u64> = nodes.iter().map(|&n| n as u64).collect();
     let layout = layout::layout(&nodes, a.group_size).map_err(anyhow::Error::msg)?;
-    // The common clock: rank 0's start.
-    let mut t0 = [std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)?
-        .as_secs_f64()];
-    world.process_at_rank(0).broadcast_into(&mut t0[..]);
-    let results = a
-        .results
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(format!("results/run-{}", t0[0] as u64)));
-    let cfg = run::SimRunConfig {
-        results: results.clone(),
-        duration: std::time::Duration::from_secs_f64(a.duration),
-        config_json: serde_json::json!({
-            "trainer": "simulated", "duration_s": a.duration, "group_size": a.group_size, "start": a.start,
-            "input": a.input.to_string(), "classes": a.classes, "epochs": a.epochs, "sim_ops": a.sim_ops,
-            "sim_train_images": a.sim_train_images, "sim_val_images": a.sim_val_images, "speedup": a.speedup,
-            "seed": a.seed, "search_threads": a.search_threads,
-        })
-        .to_string(),
-        start,
-        start_name: a.start.clone(),
-        device: aiperf::train::simulated::SimDevice { ops_per_s: a.sim_ops, accelerators: 1 },
-        images: (a.sim_train_images, a.sim_val_images),
-        epochs: a.epochs,
-        speedup: a.speedup,
-        seed: a.seed,
-        search_threads: a.search_threads,
+    // This rank's place among the node's training ranks: its GPU, or its share of the cores.
+    let trainers_on_node: Vec<usize> = (0..nodes.len())
+        .filter(|&r| nodes[r] == nodes[rank] && layout.group_of[r].is_some())
+        .collect();
+    let local = trainers_on_node.iter().position(|&r| r == rank);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = a
+        .threads
+        .unwrap_or((cores / trainers_on_node.len().max(1)).max(1));
+    let device = match local {
+        Some(i) if a.trainer == Trainer::Real && tch::Cuda::is_available() => {
+            tch::Device::Cuda(i % tch::Cuda::device_count().max(1) as usize)
+        }
+        _ => tch::Device::Cpu,
     };
-    // SIGTERM/SIGINT (from mpirun, SLURM): the primary stops the run as at the deadline; the
-    // other ranks keep going until it tells them to stop, so every file closes cleanly.
+    tch::set_num_threads(threads as i32);
+    let device_name = match (a.trainer, local, device) {
+        (_, None, _) => "primary".to_string(),
+        (Trainer::Simulated, _, _) => format!("simulated {:.3e} OPS", a.sim_ops),
+        (Trainer::Real, _, tch::Device::Cuda(i)) => format!("cuda:{i}"),
+        (Trainer::Real, _, _) => format!("cpu ({threads} threads)"),
+    };
+    // The common clock and every rank's host and device, for the records.
+    let (clock, offsets) = clock::synchronise(&world);
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let mut hosts = vec![0u8; 64 * world.size() as usize];
+    world.all_gather_into(&padded(&host)[..], &mut hosts[..]);
+    let mut devices = vec![0u8; 64 * world.size() as usize];
+    world.all_gather_into(&padded(&device_name)[..], &mut devices[..]);
+    let hosts: Vec<String> = hosts.chunks_exact(64).map(unpadded).collect();
+    let devices: Vec<String> = devices.chunks_exact(64).map(unpadded).collect();
+    let mut t0 = [clock.now()];
+    world.process_at_rank(0).broadcast_into(&mut t0[..]);
+    // The data (training ranks of the real trainer) and the start architecture.
+    let data_dir = a.data.clone().unwrap_or_else(|| {
+        std::env::var_os("AIPERF_DATA")
+            .map_or_else(|| PathBuf::from("data"), PathBuf::from)
+            .join(&preset.dataset)
+    });
+    let setup = (|| -> anyhow::Result<(run::TrainerSetup, Graph, String)> {
+        match a.trainer {
+            Trainer::Simulated => {
+                let input = a.input.unwrap_or(Shape::new(3, 32, 32));
+                let classes = a.classes.unwrap_or(10);
+                let start = arch::by_name(&preset.start, input, classes).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "start architecture {:?}: use resnet8, resnet20, resnet18 or resnet50",
+                        preset.start
+                    )
+                })?;
+                OpCount::of(&start).with_context(|| {
+                    format!("start {} does not fit --input {input}", preset.start)
+                })?;
+                Ok((
+                    run::TrainerSetup::Simulated {
+                        device: aiperf::train::simulated::SimDevice {
+                            ops_per_s: a.sim_ops,
+                            accelerators: 1,
+                        },
+                        images: (a.sim_train_images, a.sim_val_images),
+                        speedup: a.speedup,
+                    },
+                    start,
+                    "synthetic".to_string(),
+                ))
+            }
+            Trainer::Real => {
+                let train = open_split(&data_dir, "train")?;
+                let val = open_split(&data_dir, "val")?;
+                let h = train.header().clone();
+                let (oh, ow) = preset.train.augment.output_hw(h.height, h.width);
+                let input = Shape::new(h.channels, oh, ow);
+                let start =
+                    arch::by_name(&preset.start, input, h.num_classes).ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "start architecture {:?}: use resnet8, resnet20, resnet18 or resnet50",
+                            preset.start
+                        )
+                    })?;
+                OpCount::of(&start).with_context(|| {
+                    format!(
+                        "start {} does not fit the {input} images of {}",
+                        preset.start,
+                        data_dir.display()
+                    )
+                })?;
+                if val.header().num_classes != h.num_classes {
+                    bail!(
+                        "{}: train and val splits have different class counts",
+                        data_dir.display()
+                    );
+                }
+                Ok((
+                    run::TrainerSetup::Real {
+                        train: preset.train.clone(),
+                        device,
+                        train_pack: train,
+                        val_pack: val,
+                    },
+                    start,
+                    h.source.dataset.clone(),
+                ))
+            }
+        }
+    })();
+    // SIGTERM/SIGINT (from mpirun, SLURM): the primary stops the run as at the deadline and
+    // leaders abandon the epoch in progress; every rank keeps going until told to stop, so
+    // every file closes cleanly.
     let interrupted = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, std::sync::Arc::clone(&interrupted))?;
     }
-    let rank = world.rank() as usize;
+    let (trainer, start, dataset) = match setup {
+        Ok(s) => {
+            agree(&world, Ok(()))?;
+            s
+        }
+        Err(e) => {
+            agree(&world, Err(e))?;
+            unreachable!("agree returns the error")
+        }
+    };
+    let results = a
+        .results
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("results/run-{}", t0[0] as u64)));
+    let precision = match a.trainer {
+        Trainer::Simulated => "simulated".to_string(),
+        Trainer::Real => preset.train.precision.name().to_string(),
+    };
+    let cfg = run::RunConfig {
+        results: results.clone(),
+        duration: std::time::Duration::from_secs_f64(preset.duration_s),
+        config_json: serde_json::json!({
+            "preset": preset, "trainer": format!("{:?}", a.trainer).to_lowercase(),
+            "data": data_dir, "group_size": a.group_size, "threads_per_rank": threads,
+            "sim": { "ops": a.sim_ops, "train_images": a.sim_train_images,
+                     "val_images": a.sim_val_images, "speedup": a.speedup,
+                     "input": a.input.map(|s| s.to_string()), "classes": a.classes },
+            "seed": a.seed, "search_threads": a.search_threads,
+            "clock_offsets_s": offsets.iter().map(|o| o.0).collect::<Vec<_>>(),
+            "clock_uncertainty_s": offsets.iter().map(|o| o.1).collect::<Vec<_>>(),
+        })
+        .to_string(),
+        start,
+        start_name: preset.start.clone(),
+        trainer,
+        epochs: preset.epochs,
+        patience_scale: preset.patience_scale,
+        space: aiperf::search::Space {
+            batch_size: preset.batch_size,
+            kernel_sizes: preset.kernel_sizes.clone(),
+        },
+        seed: a.seed,
+        search_threads: a.search_threads,
+        dataset,
+        precision,
+        hosts,
+        devices,
+        clock,
+        deadline_s: t0[0] + preset.duration_s,
+        interrupted: std::sync::Arc::clone(&interrupted),
+    };
+    if rank == 0 {
+        log::info!(
+            "aiperf run: preset {}, {} trainer, {} ranks in {} group(s), {:.0} s, records in {}",
+            preset.name,
+            cfg.precision,
+            world.size(),
+            layout.groups(),
+            preset.duration_s,
+            results.display()
+        );
+    }
     let color = layout.group_of[rank].map_or(Color::undefined(), |g| Color::with_value(g as i32));
     let group_comm = world.split_by_color(color);
     let outcome = match (layout.group_of[rank], &group_comm) {
@@ -275,23 +541,62 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
         (Some(g), Some(gc)) if layout.leaders[g as usize] == rank => {
             run::leader(&world, gc, g, &cfg)
         }
-        (Some(_), Some(gc)) => {
-            run::member(gc);
-            Ok(())
-        }
+        (Some(_), Some(gc)) => run::member(gc, &cfg),
         (Some(g), None) => Err(format!("rank {rank} got no communicator for group {g}")),
     };
     if let Err(e) = outcome {
-        eprintln!("aiperf: error: rank {rank}: {e}");
+        eprintln!(
+            "aiperf: error: rank {rank}: {e}\naiperf: the records written so far in {} stay readable",
+            results.display()
+        );
         world.abort(1);
     }
     if rank == 0 {
         let run = aiperf_records::read_run(&results)?;
-        let s = aiperf_records::score(
-            &run,
-            aiperf_records::score::OFFICIAL_INTERVAL_S.min(a.duration / 4.0),
-        )?;
+        let s = aiperf_records::score(&run, preset.score_interval_s.min(preset.duration_s / 4.0))?;
         print!("{}", aiperf_records::report::text(&s));
+    }
+    Ok(())
+}
+
+fn comm_bench(a: CommBenchArgs) -> anyhow::Result<()> {
+    use aiperf::cluster::commbench;
+    use mpi::topology::Color;
+    if a.min_bytes == 0 || a.min_bytes > a.max_bytes || a.iters == 0 {
+        bail!("--min-bytes must be in 1..=--max-bytes and --iters at least 1");
+    }
+    let Some(universe) = mpi::initialize() else {
+        bail!("MPI was already initialised");
+    };
+    let world = universe.world();
+    let sizes = commbench::sizes(a.min_bytes, a.max_bytes);
+    let mut scopes = vec![(
+        "world".to_string(),
+        commbench::sweep(&world, &sizes, a.iters, a.warmup),
+    )];
+    if let Some(g) = a.group_size {
+        if g == 0 || world.size() as usize % g != 0 {
+            bail!("--group-size {g} must divide the {} ranks", world.size());
+        }
+        let color = Color::with_value(world.rank() / g as i32);
+        let group = world
+            .split_by_color(color)
+            .context("splitting the world into groups")?;
+        let rows = commbench::sweep(&group, &sizes, a.iters, a.warmup);
+        scopes.push((format!("groups of {g} ranks (group 0 shown)"), rows));
+    }
+    if world.rank() == 0 {
+        for (scope, rows) in &scopes {
+            if a.json {
+                for r in rows {
+                    let mut v = serde_json::to_value(r)?;
+                    v["scope"] = serde_json::json!(scope);
+                    println!("{v}");
+                }
+            } else {
+                print!("{}", commbench::table(scope, rows));
+            }
+        }
     }
     Ok(())
 }
@@ -512,6 +817,7 @@ fn main() -> ExitCode {
         Command::Score(a) => aiperf_records::cli::run(&a),
         Command::DpCheck { steps, frozen_bn } => dp_check(steps, frozen_bn),
         Command::Run(a) => run_benchmark(a),
+        Command::CommBench(a) => comm_bench(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -65,6 +65,11 @@ pub fn text(s: &Score) -> String {
     );
     let _ = writeln!(
         t,
+        "  accelerators busy        {:.1}% of the run (train/eval steps and exchanges, per group)",
+        100.0 * s.busy_fraction
+    );
+    let _ = writeln!(
+        t,
         "  all-reduce               {}B in {:.1} s ({}B/s per rank)",
         si(s.allreduce_bytes as f64),
         s.allreduce_s,

@@ -97,6 +97,9 @@ pub struct Score {
     pub data_wait_s: f64,
     /// All-reduce bytes per all-reduce second (per rank).
     pub allreduce_bytes_per_s: f64,
+    /// Accelerator-busy fraction: seconds inside train/eval steps and exchanges (compute +
+    /// all-reduce) of counted epochs, over groups × the run's duration.
+    pub busy_fraction: f64,
     /// The validity verdict.
     pub verdict: Verdict,
     /// Qualifications of the result.
@@ -200,6 +203,8 @@ pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
         } else {
             0.0
         },
+        busy_fraction: (sum(&|e| e.compute_s) + allreduce_s)
+            / (run.groups.len().max(1) as f64 * duration_s),
         timeline,
         verdict,
         warnings,

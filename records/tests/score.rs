@@ -473,6 +473,8 @@ fn text_report_snapshot() {
     let tmp = tempfile::tempdir().unwrap();
     write_run(tmp.path(), Some(1000.0));
     let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
+    // Counted epochs: 40 s compute + 5 s all-reduce over 2 groups × 1000 s.
+    assert!((s.busy_fraction - 45.0 / 2000.0).abs() < 1e-12, "{}", s.busy_fraction);
     let text = aiperf_records::report::text(&s).replace(&tmp.path().display().to_string(), "RUN");
     assert_eq!(text, SNAPSHOT);
 }
@@ -487,6 +489,7 @@ const SNAPSHOT: &str = "aiperf score: RUN
   trials / epochs          1 / 5
   operations               train 10.500 k + validation 1.050 k
   time split               compute 80.0% / all-reduce 10.0% / data wait 10.0%
+  accelerators busy        2.2% of the run (train/eval steps and exchanges, per group)
   all-reduce               5.000 kB in 5.0 s (1.000 kB/s per rank)
   verdict (aiperf-rules-1)   INVALID
     - ran 1000 s, the rules require at least 3600 s (1 h)

@@ -142,10 +142,19 @@ pub fn cifar_resnet(cfg: &CifarResnetConfig, input: Shape, classes: u32) -> Grap
     head(&mut g, x, classes)
 }
 
-/// The built-in architectures by name: `resnet50`, `resnet20`, `resnet18`.
+/// The built-in architectures by name: `resnet50`, `resnet8` (one block per stage, 16-32-64
+/// channels: the small start of the Fashion-MNIST preset), `resnet20`, `resnet18`.
 pub fn by_name(name: &str, input: Shape, classes: u32) -> Option<Graph> {
     match name {
         "resnet50" => Some(resnet50(input, classes)),
+        "resnet8" => Some(cifar_resnet(
+            &CifarResnetConfig {
+                blocks: vec![1, 1, 1],
+                width: 16,
+            },
+            input,
+            classes,
+        )),
         "resnet20" => Some(cifar_resnet(&CifarResnetConfig::resnet20(), input, classes)),
         "resnet18" => Some(cifar_resnet(&CifarResnetConfig::resnet18(), input, classes)),
         _ => None,

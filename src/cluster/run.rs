@@ -1,39 +1,67 @@
-//! `aiperf run` with the simulated trainer: the primary serves every group's requests over
-//! MPI (registration with machine-wide de-duplication, TPE suggestions, progress, results
-//! answered with history deltas) and records trials, architectures and TPE observations;
-//! each group leader proposes architectures with the Bayesian optimiser from its history,
-//! "trains" them with the simulated trial model, and records every completed epoch. At the
-//! deadline the primary answers every request with Stop, and the run ends when every group
-//! has said goodbye.
+//! `aiperf run`: the primary serves every group's requests over MPI (registration with
+//! machine-wide de-duplication, TPE suggestions, progress, results answered with history
+//! deltas) and records trials, architectures and TPE observations; each group leader takes
+//! candidates from its background generator, broadcasts each trial to its group, and every
+//! rank of the group trains it — with libtorch, data-parallel, or with the simulated trial
+//! model — while the leader records every completed epoch. At the deadline (or on
+//! SIGTERM/SIGINT) the primary answers every request with Stop, and the run ends when every
+//! group has said goodbye.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use mpi::collective::Root;
-use mpi::point_to_point::{Destination, Source};
+use mpi::collective::{CommunicatorCollectives, Root};
+use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::traits::Communicator;
-use rand::SeedableRng;
-use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
 
 use aiperf_records::schema::{EpochRow, TpeRow, TrialRow, TrialStatus};
 use aiperf_records::writer::{GroupWriter, PrimaryWriter, RunMeta};
 
+use super::clock::Clock;
+use super::generator::Generator;
 use super::layout::Layout;
 use super::protocol::{decode, encode, HistoryEntry, ToGroup, ToPrimary, DEFAULT_LIMIT_BYTES};
 use crate::arch::{Descriptor, Graph};
+use crate::data::Pack;
 use crate::ops::OpCount;
-use crate::search::{
-    random_morphism, BayesConfig, BayesOptimizer, Hparams, Limits, Observed, Space, Tpe, TpeConfig,
-};
-use crate::train::schedule::{epoch_budget, EarlyStopping};
+use crate::search::{BayesConfig, Hparams, Observed, Space, Tpe, TpeConfig};
+use crate::seeds::mix;
+use crate::train::schedule::{epoch_budget, patience, predict_final_accuracy, EarlyStopping};
 use crate::train::simulated::{SimDevice, SimTrial};
+use crate::train::{EpochStats, TrainConfig, TrialSpec, TrialTrainer};
 
-/// Settings of a simulated run.
-#[derive(Clone, Debug)]
-pub struct SimRunConfig {
+/// How the replicas train.
+#[derive(Clone)]
+pub enum TrainerSetup {
+    /// No tensors: epochs take their operation count's time at a declared speed.
+    Simulated {
+        /// Declared speed of one accelerator (`accelerators` is set per group).
+        device: SimDevice,
+        /// Training and validation images per epoch.
+        images: (u64, u64),
+        /// Simulated seconds per wall-clock second.
+        speedup: f64,
+    },
+    /// libtorch, data-parallel over the group.
+    Real {
+        /// How every trial trains.
+        train: TrainConfig,
+        /// This rank's device.
+        device: tch::Device,
+        /// The training split.
+        train_pack: Arc<Pack>,
+        /// The validation split.
+        val_pack: Arc<Pack>,
+    },
+}
+
+/// Settings of a run.
+#[derive(Clone)]
+pub struct RunConfig {
     /// Where the records go.
     pub results: PathBuf,
     /// Wall-clock duration.
@@ -42,26 +70,41 @@ pub struct SimRunConfig {
     pub start: Graph,
     /// Its name (recorded).
     pub start_name: String,
-    /// Declared accelerator.
-    pub device: SimDevice,
-    /// Training and validation images per epoch.
-    pub images: (u64, u64),
+    /// The trainer.
+    pub trainer: TrainerSetup,
     /// Full epoch budget.
     pub epochs: u32,
-    /// Simulated seconds per wall-clock second.
-    pub speedup: f64,
+    /// Scale of the patience rule min(6 + 2·round, 20) (DESIGN.md §3).
+    pub patience_scale: f64,
+    /// The hyperparameter space (batch size per rank, kernel sizes).
+    pub space: Space,
     /// Seed of everything.
     pub seed: u64,
     /// Threads of each leader's search pool.
     pub search_threads: usize,
     /// The resolved configuration, JSON, for the records.
     pub config_json: String,
+    /// Dataset name (recorded).
+    pub dataset: String,
+    /// Arithmetic (recorded).
+    pub precision: String,
+    /// Host of every rank.
+    pub hosts: Vec<String>,
+    /// Device of every rank.
+    pub devices: Vec<String>,
+    /// This rank's view of the common clock.
+    pub clock: Clock,
+    /// The run's end on the common clock (t0 + duration).
+    pub deadline_s: f64,
+    /// Set by SIGTERM/SIGINT.
+    pub interrupted: Arc<AtomicBool>,
 }
 
-fn now_s() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
+impl RunConfig {
+    /// Whether the run is over for this rank: past the deadline or interrupted.
+    fn over(&self) -> bool {
+        self.clock.now() >= self.deadline_s || self.interrupted.load(Ordering::Relaxed)
+    }
 }
 
 fn err(e: impl std::fmt::Display) -> String {
@@ -86,10 +129,11 @@ struct Primary {
 pub fn primary<C: Communicator>(
     world: &C,
     layout: &Layout,
-    cfg: &SimRunConfig,
+    cfg: &RunConfig,
     t0: f64,
     interrupted: &AtomicBool,
 ) -> Result<(), String> {
+    let now_s = || cfg.clock.now();
     let meta = RunMeta {
         program_version: env!("CARGO_PKG_VERSION").into(),
         config_json: cfg.config_json.clone(),
@@ -97,12 +141,12 @@ pub fn primary<C: Communicator>(
         world_size: world.size() as u32,
         groups: layout.groups(),
         accelerators: (world.size() - 1) as u32,
-        hosts: vec![],
-        devices: vec![format!("simulated {:.3e} OPS", cfg.device.ops_per_s)],
+        hosts: cfg.hosts.clone(),
+        devices: cfg.devices.clone(),
         seed: cfg.seed,
-        dataset: "synthetic".into(),
+        dataset: cfg.dataset.clone(),
         start_architecture: cfg.start_name.clone(),
-        precision: "simulated".into(),
+        precision: cfg.precision.clone(),
         fixed_algorithms: true,
     };
     let mut p = Primary {
@@ -112,7 +156,7 @@ pub fn primary<C: Communicator>(
                 seed: cfg.seed,
                 ..TpeConfig::default()
             },
-            Space::default(),
+            cfg.space.clone(),
         )?,
         history: Vec::new(),
         seen: HashSet::new(),
@@ -125,8 +169,12 @@ pub fn primary<C: Communicator>(
     let deadline = t0 + cfg.duration.as_secs_f64();
     let mut end: Option<f64> = None;
     let mut byes = 0;
+    let (served, mut busy) = (Instant::now(), 0.0f64);
+    let mut requests = 0u64;
     while byes < layout.leaders.len() {
-        let (bytes, status) = world.any_process().receive_vec::<u8>();
+        let (bytes, status) = receive_any(world);
+        let handling = Instant::now();
+        requests += 1;
         let src = status.source_rank();
         let msg: ToPrimary =
             decode(&bytes, DEFAULT_LIMIT_BYTES).map_err(|e| format!("from rank {src}: {e}"))?;
@@ -152,7 +200,7 @@ pub fn primary<C: Communicator>(
                 p.writer
                     .append_architecture(id, &graph.to_json())
                     .map_err(err)?;
-                p.start_of.insert(id, now_s());
+                p.start_of.insert(id, now);
                 p.registered.push((id, father, graph, group));
                 ToGroup::Registered { model_id: id }
             }),
@@ -175,7 +223,7 @@ pub fn primary<C: Communicator>(
                 hparams,
             } => {
                 p.record_result(
-                    group, model_id, accuracy, reported, epochs, hparams, stopping,
+                    group, model_id, accuracy, reported, epochs, hparams, stopping, now,
                 )?;
                 Some(if stopping {
                     ToGroup::Stop
@@ -191,10 +239,31 @@ pub fn primary<C: Communicator>(
         if let Some(r) = reply {
             world.process_at_rank(src).send(&encode(&r)[..]);
         }
+        busy += handling.elapsed().as_secs_f64();
     }
+    let wall = served.elapsed().as_secs_f64();
+    log::info!(
+        "primary: served {requests} requests from {} groups in {wall:.1} s ({:.1}/s), busy {:.2}% of the time",
+        layout.leaders.len(),
+        requests as f64 / wall.max(1e-9),
+        100.0 * busy / wall.max(1e-9)
+    );
     p.writer
         .finish(end.unwrap_or_else(now_s).min(now_s()))
         .map_err(err)
+}
+
+/// The next message from any rank, without spinning a core (the primary usually shares a
+/// node with training ranks): probes, sleeping between probes (up to 1 ms) while none waits.
+fn receive_any<C: Communicator>(world: &C) -> (Vec<u8>, mpi::point_to_point::Status) {
+    let mut pause = Duration::from_micros(20);
+    loop {
+        if let Some(probed) = world.any_process().immediate_matched_probe() {
+            return probed.matched_receive_vec::<u8>();
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
+    }
 }
 
 impl Primary {
@@ -216,6 +285,7 @@ impl Primary {
         epochs: u32,
         h: Hparams,
         stopped: bool,
+        t: f64,
     ) -> Result<(), String> {
         let Some((_, father, graph, _)) = self.registered.iter().find(|r| r.0 == id).cloned()
         else {
@@ -223,7 +293,6 @@ impl Primary {
                 "group {group} reported model {id}, which was never registered"
             ));
         };
-        let t = now_s();
         let round = self.rounds[group as usize];
         self.rounds[group as usize] += 1;
         self.tpe.observe(h, 1.0 - reported);
@@ -274,26 +343,295 @@ fn ask<C: Communicator>(world: &C, msg: &ToPrimary) -> Result<ToGroup, String> {
     decode(&bytes, DEFAULT_LIMIT_BYTES).map_err(err)
 }
 
-/// A group leader: proposes, registers and trains trials until told to stop. The other
-/// ranks of the group follow the leader's epoch-by-epoch decisions (`member`).
+/// What a leader tells its group before each trial.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum GroupOrder {
+    /// Train this trial.
+    Train {
+        /// Global model id.
+        model_id: u64,
+        /// The group's round (0-based).
+        round: u32,
+        /// What to train.
+        spec: TrialSpec,
+    },
+    /// The run is over.
+    End,
+}
+
+/// Broadcasts a serde value from the group's rank 0 (length, then bincode bytes).
+fn broadcast_value<G: Communicator, T: Serialize + for<'de> Deserialize<'de>>(
+    comm: &G,
+    value: Option<&T>,
+) -> Result<T, String> {
+    let root = comm.process_at_rank(0);
+    let mut bytes = match value {
+        Some(v) => bincode::serde::encode_to_vec(v, bincode::config::standard()).map_err(err)?,
+        None => Vec::new(),
+    };
+    let mut len = [bytes.len() as u64];
+    root.broadcast_into(&mut len[..]);
+    bytes.resize(len[0] as usize, 0);
+    root.broadcast_into(&mut bytes[..]);
+    bincode::serde::decode_from_slice(&bytes, bincode::config::standard())
+        .map(|(v, _)| v)
+        .map_err(err)
+}
+
+/// The leader's per-epoch verdict, broadcast to the group.
+const GO_ON: u8 = 1;
+const STOP_TRIAL: u8 = 0;
+const STOP_RUN: u8 = 2;
+
+/// One trial's epochs on one rank.
+enum Engine<'c, G: Communicator> {
+    Simulated {
+        trial: SimTrial,
+        images: (u64, u64),
+        steps: u64,
+        speedup: f64,
+    },
+    Real(Box<TrialTrainer<'c, G>>),
+}
+
+impl<'c, G: Communicator> Engine<'c, G> {
+    fn new(comm: &'c G, cfg: &RunConfig, spec: &TrialSpec) -> Result<Self, String> {
+        let ranks = comm.size() as u64;
+        Ok(match &cfg.trainer {
+            TrainerSetup::Simulated {
+                device,
+                images,
+                speedup,
+            } => {
+                let device = SimDevice {
+                    accelerators: ranks as u32,
+                    ..*device
+                };
+                Engine::Simulated {
+                    trial: SimTrial::new(
+                        &spec.graph,
+                        spec.hparams,
+                        device,
+                        images.0,
+                        images.1,
+                        cfg.seed,
+                    )
+                    .ok_or("invalid architecture")?,
+                    images: *images,
+                    steps: images
+                        .0
+                        .div_ceil(u64::from(spec.hparams.batch_size) * ranks),
+                    speedup: *speedup,
+                }
+            }
+            TrainerSetup::Real {
+                train,
+                device,
+                train_pack,
+                val_pack,
+            } => Engine::Real(Box::new(
+                TrialTrainer::new(comm, train, *device, train_pack, val_pack, spec).map_err(err)?,
+            )),
+        })
+    }
+
+    /// Runs epoch `epoch`; `None` when the run ended during it (abandoned, not counted).
+    fn epoch(&mut self, epoch: u32, stop: &dyn Fn() -> bool) -> Result<Option<EpochStats>, String> {
+        match self {
+            Engine::Simulated {
+                trial,
+                images,
+                steps,
+                speedup,
+            } => {
+                let e = trial.epoch(epoch);
+                let seconds = e.seconds / *speedup;
+                let until = Instant::now() + Duration::from_secs_f64(seconds);
+                while let Some(left) = until.checked_duration_since(Instant::now()) {
+                    if stop() {
+                        return Ok(None);
+                    }
+                    std::thread::sleep(left.min(Duration::from_millis(50)));
+                }
+                Ok(Some(EpochStats {
+                    train_images: images.0,
+                    steps: *steps,
+                    val_images: images.1,
+                    train_loss: e.val_loss,
+                    val_loss: e.val_loss,
+                    val_accuracy: e.val_accuracy,
+                    compute_s: seconds,
+                    wall_s: seconds,
+                    ..EpochStats::default()
+                }))
+            }
+            Engine::Real(t) => t.epoch(epoch, stop).map_err(err),
+        }
+    }
+
+    /// Whether every rank of the group holds the same parameters (real trainer; collective).
+    fn replicas_agree(&self, comm: &G) -> bool {
+        match self {
+            Engine::Simulated { .. } => true,
+            Engine::Real(t) => {
+                let mine = t.params_hash();
+                let mut all = vec![0u64; comm.size() as usize];
+                comm.all_gather_into(&mine, &mut all[..]);
+                all.iter().all(|&h| h == mine)
+            }
+        }
+    }
+}
+
+/// The leader's side of a trial: records and the primary.
+struct LeaderSide<'a, C: Communicator> {
+    world: &'a C,
+    writer: &'a GroupWriter,
+    group: u32,
+}
+
+/// How a trial ended.
+struct TrialOutcome {
+    best: f64,
+    curve: Vec<f64>,
+    epochs: u32,
+    stop_run: bool,
+    /// Seconds inside train/eval steps and exchanges, and the trial's wall time.
+    busy_s: f64,
+    wall_s: f64,
+}
+
+/// Trains one trial on every rank of the group; the leader (with `lead`) records each epoch,
+/// reports progress and decides whether to go on, and the group follows its verdict.
+fn run_trial<C: Communicator, G: Communicator>(
+    comm: &G,
+    cfg: &RunConfig,
+    model_id: u64,
+    round: u32,
+    spec: &TrialSpec,
+    lead: Option<&LeaderSide<'_, C>>,
+) -> Result<TrialOutcome, String> {
+    let started = Instant::now();
+    let mut engine = Engine::new(comm, cfg, spec)?;
+    let count = OpCount::of(&spec.graph).map_err(err)?;
+    let mut stopper = EarlyStopping::new(patience(round + 1, cfg.patience_scale), 0.001);
+    let mut out = TrialOutcome {
+        best: 0.0,
+        curve: Vec::new(),
+        epochs: 0,
+        stop_run: false,
+        busy_s: 0.0,
+        wall_s: 0.0,
+    };
+    for epoch in 1..=spec.epochs {
+        // The leader watches the clock and the signals; with the real trainer its flag
+        // reaches every rank inside the gradient exchange, so the group stops together.
+        let Some(e) = engine.epoch(epoch, &|| lead.is_some() && cfg.over())? else {
+            // The run ended during the epoch: it does not count.
+            let mut verdict = [STOP_RUN];
+            comm.process_at_rank(0).broadcast_into(&mut verdict[..]);
+            out.stop_run = true;
+            break;
+        };
+        out.busy_s += e.compute_s + e.allreduce_s;
+        if !engine.replicas_agree(comm) {
+            return Err(format!(
+                "model {model_id}, epoch {epoch}: the ranks of the group hold different parameters after the gradient exchange (run `aiperf dp-check` under the same launcher to diagnose)"
+            ));
+        }
+        let mut verdict = [GO_ON];
+        if lead.is_some() && cfg.over() {
+            // Completed after the deadline (during validation): it would not count either.
+            verdict[0] = STOP_RUN;
+        } else if let Some(l) = lead {
+            let row = EpochRow {
+                time_s: cfg.clock.now(),
+                trial: u64::from(round),
+                model_id,
+                epoch,
+                train_images: e.train_images,
+                val_images: e.val_images,
+                train_ops: u64::try_from(count.train_epoch(e.train_images, e.steps))
+                    .map_err(err)?,
+                val_ops: u64::try_from(count.eval_epoch(e.val_images)).map_err(err)?,
+                train_loss: e.train_loss,
+                val_loss: e.val_loss,
+                val_accuracy: e.val_accuracy,
+                compute_s: e.compute_s,
+                allreduce_s: e.allreduce_s,
+                allreduce_bytes: e.allreduce_bytes,
+                data_wait_s: e.data_wait_s,
+            };
+            l.writer.append_epoch(&row).map_err(err)?;
+            out.epochs = epoch;
+            out.best = out.best.max(e.val_accuracy);
+            out.curve.push(e.val_accuracy);
+            log::info!(
+                "group {} model {model_id} epoch {epoch}/{}: val acc {:.4}, loss {:.4}, {:.0} img/s, compute {:.1} s, all-reduce {:.2} s, data wait {:.2} s",
+                l.group,
+                spec.epochs,
+                e.val_accuracy,
+                e.val_loss,
+                e.train_images as f64 / e.wall_s.max(1e-9),
+                e.compute_s,
+                e.allreduce_s,
+                e.data_wait_s
+            );
+            let reply = ask(
+                l.world,
+                &ToPrimary::Progress {
+                    group: l.group,
+                    model_id,
+                    epoch,
+                    val_accuracy: e.val_accuracy,
+                },
+            )?;
+            verdict[0] = if !matches!(reply, ToGroup::Continue) {
+                STOP_RUN
+            } else if stopper.update(e.val_loss) {
+                STOP_TRIAL
+            } else {
+                GO_ON
+            };
+        }
+        comm.process_at_rank(0).broadcast_into(&mut verdict[..]);
+        match verdict[0] {
+            GO_ON => {}
+            STOP_RUN => {
+                out.stop_run = true;
+                break;
+            }
+            _ => break,
+        }
+    }
+    out.wall_s = started.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+/// A group leader: takes candidates from its background generator, registers them, has the
+/// group train them, and reports results until told to stop.
 pub fn leader<C: Communicator, G: Communicator>(
     world: &C,
     group_comm: &G,
     group: u32,
-    cfg: &SimRunConfig,
+    cfg: &RunConfig,
 ) -> Result<(), String> {
     let writer = GroupWriter::create(&cfg.results, group, group_comm.size() as u32).map_err(err)?;
-    let optimizer = BayesOptimizer::new(BayesConfig {
-        threads: cfg.search_threads,
-        seed: cfg.seed ^ u64::from(group),
-        ..BayesConfig::default()
-    })?;
+    let first_kernel = cfg.space.kernel_sizes.first().copied().unwrap_or(3);
+    let mut generator = Generator::start(
+        BayesConfig {
+            threads: cfg.search_threads,
+            seed: cfg.seed ^ u64::from(group),
+            ..BayesConfig::default()
+        },
+        cfg.start.clone(),
+        group,
+        cfg.seed,
+        first_kernel,
+        1,
+    )?;
     let mut history: Vec<Observed> = Vec::new();
-    let mut rng = ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_add(u64::from(group)));
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .unwrap_or_default()
-        .trim()
-        .to_string();
+    let host = cfg.hosts.first().cloned().unwrap_or_default();
     let absorb = |reply: ToGroup, history: &mut Vec<Observed>| -> bool {
         match reply {
             ToGroup::History(delta) => {
@@ -308,7 +646,7 @@ pub fn leader<C: Communicator, G: Communicator>(
             _ => false,
         }
     };
-    let go_on = absorb(
+    let mut running = absorb(
         ask(
             world,
             &ToPrimary::Hello {
@@ -319,148 +657,109 @@ pub fn leader<C: Communicator, G: Communicator>(
         )?,
         &mut history,
     );
-    let mut pending: HashSet<Descriptor> = HashSet::new();
-    let (mut round, mut call) = (0u32, 0u64);
-    let mut running = go_on;
+    generator.update(history.clone(), first_kernel);
+    let side = LeaderSide {
+        world,
+        writer: &writer,
+        group,
+    };
+    let mut round = 0u32;
+    let (began, mut busy, mut in_trials) = (Instant::now(), 0.0f64, 0.0f64);
+    let mut checked = 0u32;
     'trials: while running {
-        let h = match ask(world, &ToPrimary::Suggest { group, round })? {
+        let mut h = match ask(world, &ToPrimary::Suggest { group, round })? {
             ToGroup::Hparams(h) => h,
             _ => break,
         };
+        generator.update(history.clone(), h.kernel_size);
         // A candidate the primary accepts as new.
-        let (model_id, graph) = loop {
-            call += 1;
-            let (graph, father) = match optimizer.propose(&history, &pending, h.kernel_size, call) {
-                Some(p) => (p.graph, Some(p.father)),
-                None if round == 0 && group == 0 && history.is_empty() && pending.is_empty() => {
-                    (cfg.start.clone(), None)
-                }
-                None => {
-                    // No history yet: a random neighbour of the start.
-                    match random_morphism(
-                        &cfg.start,
-                        h.kernel_size,
-                        &Limits::default(),
-                        &mut rng,
-                        50,
-                    ) {
-                        Some((_, g)) => (g, None),
-                        None => (cfg.start.clone(), None),
-                    }
-                }
-            };
-            let descriptor = graph.descriptor();
+        let (model_id, candidate) = loop {
+            let c = generator.take()?;
             match ask(
                 world,
                 &ToPrimary::Register {
                     group,
-                    father,
-                    graph: graph.clone(),
-                    descriptor: descriptor.clone(),
+                    father: c.father,
+                    graph: c.graph.clone(),
+                    descriptor: c.graph.descriptor(),
                 },
             )? {
-                ToGroup::Registered { model_id } => {
-                    pending.insert(descriptor);
-                    break (model_id, graph);
-                }
-                ToGroup::Duplicate => {
-                    pending.insert(descriptor);
-                }
+                ToGroup::Registered { model_id } => break (model_id, c),
+                ToGroup::Duplicate => {}
                 _ => break 'trials,
             }
         };
-        let trial = SimTrial::new(&graph, h, cfg.device, cfg.images.0, cfg.images.1, cfg.seed)
-            .ok_or("invalid architecture")?;
-        let count = OpCount::of(&graph).map_err(err)?;
-        let steps = cfg
-            .images
-            .0
-            .div_ceil(u64::from(h.batch_size) * group_comm.size() as u64);
-        let budget = epoch_budget(round + 1, cfg.epochs);
-        let mut stopper = EarlyStopping::new((6 + 2 * (round + 1)).min(20), 0.001);
-        let (mut best, mut curve, mut done) = (0.0f64, Vec::new(), 0u32);
-        for epoch in 1..=budget {
-            let e = trial.epoch(epoch);
-            std::thread::sleep(Duration::from_secs_f64(e.seconds / cfg.speedup));
-            let row = EpochRow {
-                time_s: now_s(),
-                trial: u64::from(round),
-                model_id,
-                epoch,
-                train_images: cfg.images.0,
-                val_images: cfg.images.1,
-                train_ops: u64::try_from(count.train_epoch(cfg.images.0, steps)).map_err(err)?,
-                val_ops: u64::try_from(count.eval_epoch(cfg.images.1)).map_err(err)?,
-                train_loss: e.val_loss,
-                val_loss: e.val_loss,
-                val_accuracy: e.val_accuracy,
-                compute_s: e.seconds / cfg.speedup,
-                allreduce_s: 0.0,
-                allreduce_bytes: 0,
-                data_wait_s: 0.0,
-            };
-            writer.append_epoch(&row).map_err(err)?;
-            done = epoch;
-            best = best.max(e.val_accuracy);
-            curve.push(e.val_accuracy);
-            let reply = ask(
-                world,
-                &ToPrimary::Progress {
-                    group,
-                    model_id,
-                    epoch,
-                    val_accuracy: e.val_accuracy,
-                },
-            )?;
-            let stop_all = !matches!(reply, ToGroup::Continue);
-            let early = stopper.update(e.val_loss);
-            let flag = [u8::from(!(stop_all || early))];
-            let mut f = flag;
-            group_comm.process_at_rank(0).broadcast_into(&mut f[..]);
-            if stop_all {
-                running = false;
-                break;
-            }
-            if early {
-                break;
-            }
-        }
+        // The kernel size that really shaped the candidate is the one recorded.
+        h.kernel_size = candidate.kernel;
+        let spec = TrialSpec {
+            graph: candidate.graph,
+            hparams: h,
+            seed: mix(cfg.seed ^ mix(model_id)),
+            epochs: epoch_budget(round + 1, cfg.epochs),
+        };
+        let order = GroupOrder::Train {
+            model_id,
+            round,
+            spec: spec.clone(),
+        };
+        broadcast_value(group_comm, Some(&order))?;
+        let out = run_trial(group_comm, cfg, model_id, round, &spec, Some(&side))?;
+        busy += out.busy_s;
+        in_trials += out.wall_s;
+        checked += out.epochs;
         let reported = if round < 3 {
-            crate::train::schedule::predict_final_accuracy(&curve, cfg.epochs)
+            predict_final_accuracy(&out.curve, cfg.epochs)
         } else {
-            best
+            out.best
         };
         let reply = ask(
             world,
             &ToPrimary::Result {
                 group,
                 model_id,
-                accuracy: best,
+                accuracy: out.best,
                 reported,
-                epochs: done,
+                epochs: out.epochs,
                 hparams: h,
             },
         )?;
-        running &= absorb(reply, &mut history);
+        running = !out.stop_run && absorb(reply, &mut history);
+        generator.update(history.clone(), h.kernel_size);
         round += 1;
     }
-    // Tell the members, then the primary.
-    let mut f = [2u8];
-    group_comm.process_at_rank(0).broadcast_into(&mut f[..]);
+    broadcast_value(group_comm, Some(&GroupOrder::End))?;
+    let wall = began.elapsed().as_secs_f64();
+    log::info!(
+        "group {group}: {round} trials; leader busy in train/eval steps and exchanges {:.1}% of the run ({:.1}% of trial time); waited {:.2} s for the generator",
+        100.0 * busy / wall.max(1e-9),
+        100.0 * busy / in_trials.max(1e-9),
+        generator.waited_s()
+    );
+    if matches!(cfg.trainer, TrainerSetup::Real { .. }) {
+        log::info!(
+            "group {group}: parameters bit-identical on all {} ranks after each of {checked} epochs",
+            group_comm.size()
+        );
+    }
+    drop(generator);
     world
         .process_at_rank(0)
         .send(&encode(&ToPrimary::Bye { group })[..]);
     Ok(())
 }
 
-/// A non-leader rank of a group: follows the leader's per-epoch decisions until the end
-/// (with the simulated trainer it has no tensors to train).
-pub fn member<G: Communicator>(group_comm: &G) {
+/// A non-leader rank of a group: trains each trial the leader broadcasts until the end.
+pub fn member<G: Communicator>(group_comm: &G, cfg: &RunConfig) -> Result<(), String> {
     loop {
-        let mut f = [0u8];
-        group_comm.process_at_rank(0).broadcast_into(&mut f[..]);
-        if f[0] == 2 {
-            return;
+        match broadcast_value::<G, GroupOrder>(group_comm, None)? {
+            GroupOrder::End => return Ok(()),
+            GroupOrder::Train {
+                model_id,
+                round,
+                spec,
+            } => {
+                run_trial::<G, G>(group_comm, cfg, model_id, round, &spec, None)?;
+            }
         }
     }
 }

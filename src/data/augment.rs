@@ -7,7 +7,8 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
 /// The augmentation applied to each sample.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Augment {
     /// Normalise only.
     None,

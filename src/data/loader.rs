@@ -41,6 +41,9 @@ pub struct LoaderConfig {
     pub workers: usize,
     /// Batches each worker may hold ready ahead of the consumer.
     pub prefetch: usize,
+    /// Samples per epoch: the first `limit` of each epoch's order — a fresh random subset
+    /// every epoch when shuffling, a fixed one otherwise. `None` = the whole split.
+    pub limit: Option<usize>,
 }
 
 impl Default for LoaderConfig {
@@ -57,6 +60,7 @@ impl Default for LoaderConfig {
             std: None,
             workers: 2,
             prefetch: 2,
+            limit: None,
         }
     }
 }
@@ -176,6 +180,9 @@ impl Loader {
                 cfg.global_batch, cfg.group_size
             ));
         }
+        if cfg.limit == Some(0) {
+            return bad("the loader's sample limit must be at least 1".into());
+        }
         if cfg.workers == 0 || cfg.prefetch == 0 {
             return bad("loader workers and prefetch depth must be at least 1".into());
         }
@@ -233,7 +240,7 @@ impl Loader {
 
     /// Global batches per epoch (the same on every rank of the group).
     pub fn batches_per_epoch(&self) -> usize {
-        let (n, b) = (self.plan.pack.len(), self.plan.cfg.global_batch);
+        let (n, b) = (self.epoch_len(), self.plan.cfg.global_batch);
         if self.plan.cfg.drop_last {
             n / b
         } else {
@@ -246,8 +253,14 @@ impl Loader {
         if self.plan.cfg.drop_last {
             self.batches_per_epoch() * self.plan.cfg.global_batch
         } else {
-            self.plan.pack.len()
+            self.epoch_len()
         }
+    }
+
+    /// Samples drawn per epoch before batching: the split, or its first `limit`.
+    fn epoch_len(&self) -> usize {
+        let n = self.plan.pack.len();
+        self.plan.cfg.limit.map_or(n, |l| l.min(n))
     }
 
     /// Output sample shape (C, H, W).
@@ -259,12 +272,9 @@ impl Loader {
     /// stops them.
     pub fn epoch(&self, epoch: u64) -> EpochIter {
         let cfg = &self.plan.cfg;
-        let order = Arc::new(epoch_order(
-            self.plan.pack.len(),
-            cfg.seed,
-            epoch,
-            cfg.shuffle,
-        ));
+        let mut order = epoch_order(self.plan.pack.len(), cfg.seed, epoch, cfg.shuffle);
+        order.truncate(self.epoch_len());
+        let order = Arc::new(order);
         let total = self.batches_per_epoch();
         let workers = cfg.workers.min(total.max(1));
         let mut receivers = Vec::with_capacity(workers);

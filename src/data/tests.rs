@@ -125,6 +125,45 @@ fn drop_last_drops_only_the_partial_batch() {
 }
 
 #[test]
+fn a_limit_draws_a_fresh_subset_each_shuffled_epoch_and_a_fixed_one_otherwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pack = make_pack(tmp.path(), 60, [1, 2, 2], 5);
+    let subset = |shuffle: bool, epoch: u64| -> BTreeSet<usize> {
+        let loader = Loader::new(
+            Arc::clone(&pack),
+            LoaderConfig {
+                limit: Some(25),
+                shuffle,
+                ..cfg(10, 0, 1)
+            },
+        )
+        .unwrap();
+        assert_eq!(loader.batches_per_epoch(), 3);
+        assert_eq!(loader.samples_per_epoch(), 25);
+        let all: Vec<usize> = loader.epoch(epoch).flat_map(|b| b.indices).collect();
+        assert_eq!(all.len(), 25);
+        all.into_iter().collect()
+    };
+    let (a, b) = (subset(true, 0), subset(true, 1));
+    assert_eq!((a.len(), b.len()), (25, 25), "no sample twice in an epoch");
+    assert_ne!(a, b, "each epoch draws its own subset");
+    assert_eq!(
+        subset(false, 0),
+        (0..25).collect(),
+        "unshuffled: the first 25"
+    );
+    assert_eq!(subset(false, 4), (0..25).collect());
+    assert!(Loader::new(
+        Arc::clone(&pack),
+        LoaderConfig {
+            limit: Some(0),
+            ..cfg(10, 0, 1)
+        }
+    )
+    .is_err());
+}
+
+#[test]
 fn labels_and_plain_images_come_from_the_right_samples() {
     let tmp = tempfile::tempdir().unwrap();
     let pack = make_pack(tmp.path(), 20, [2, 3, 3], 7);

@@ -34,7 +34,7 @@ pub struct DpReport {
 }
 
 /// A hash of every parameter's bits, in name order.
-fn params_hash(vs: &nn::VarStore) -> u64 {
+pub(super) fn params_hash(vs: &nn::VarStore) -> u64 {
     let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
     vars.sort_by(|a, b| a.0.cmp(&b.0));
     let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -1,17 +1,50 @@
-//! Training on a replica group. So far: the data-parallel exchange — every rank's gradients
-//! (and batch-norm statistics), weighted by its share of the global batch, summed over the
-//! group communicator so that every rank applies the same update and holds bit-identical
-//! parameters and buffers; `aiperf dp-check`, which verifies that under MPI; and the
-//! training rules (learning-rate schedule, budgets, patience, early stopping, predicted
-//! accuracy) as pure functions; and the simulated trainer's model of a trial.
+//! Training on a replica group: the libtorch trainer of a trial ([`TrialTrainer`]); the
+//! data-parallel exchange — every rank's gradients (and batch-norm statistics), weighted by
+//! its share of the global batch, summed over the group communicator so that every rank
+//! applies the same update and holds bit-identical parameters and buffers; `aiperf
+//! dp-check`, which verifies that under MPI; the training rules (learning-rate schedule,
+//! budgets, patience, early stopping, predicted accuracy) as pure functions; and the
+//! simulated trainer's model of a trial.
 
 mod check;
 pub mod schedule;
 pub mod simulated;
 mod sync;
+mod trainer;
 
 pub use check::{dp_check, DpReport};
-pub use sync::{average_buffers, sync_gradients, SyncStats};
+pub use sync::{
+    average_buffers, reduce_broadcast, sync_gradients, sync_gradients_with_flag, SyncStats,
+};
+pub use trainer::{Precision, TrainConfig, TrialSpec, TrialTrainer};
+
+/// What one epoch of a trial did, the same on every rank of the group except for the time
+/// split, which is this rank's.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct EpochStats {
+    /// Training images of the epoch over the group (optimizer steps × global batch).
+    pub train_images: u64,
+    /// Optimizer steps.
+    pub steps: u64,
+    /// Validation images over the group.
+    pub val_images: u64,
+    /// Mean training loss (with label smoothing) over the epoch's global batches.
+    pub train_loss: f64,
+    /// Mean validation cross-entropy.
+    pub val_loss: f64,
+    /// Validation top-1 accuracy.
+    pub val_accuracy: f64,
+    /// Seconds of forward, backward, update and validation arithmetic.
+    pub compute_s: f64,
+    /// Seconds in the gradient, statistics and metric exchanges.
+    pub allreduce_s: f64,
+    /// Bytes this rank sent in those exchanges.
+    pub allreduce_bytes: u64,
+    /// Seconds waiting for the loader.
+    pub data_wait_s: f64,
+    /// Wall-clock seconds of the whole epoch.
+    pub wall_s: f64,
+}
 
 /// Why a training step failed.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +55,15 @@ pub enum TrainError {
     /// A variable has no gradient yet.
     #[error("trainable variable {0} has no gradient: run backward before synchronising")]
     NoGradient(usize),
+    /// The data could not be loaded.
+    #[error(transparent)]
+    Data(#[from] crate::data::DataError),
+    /// The model could not be built.
+    #[error(transparent)]
+    Model(#[from] crate::model::ModelError),
+    /// The settings do not fit the data or the device.
+    #[error("{0}")]
+    Config(String),
     /// The gradient buffer does not fit MPI's i32 counts.
     #[error("{0} gradient values exceed what one MPI message can carry (2^31 − 1)")]
     TooLarge(usize),

@@ -23,7 +23,7 @@ pub struct SyncStats {
 
 /// Sums `bucket` over the group into `reduced` on every rank (onto rank 0, then broadcast);
 /// returns the seconds spent.
-fn reduce_broadcast<C: Communicator>(comm: &C, bucket: &[f32], reduced: &mut [f32]) -> f64 {
+pub fn reduce_broadcast<C: Communicator>(comm: &C, bucket: &[f32], reduced: &mut [f32]) -> f64 {
     let started = Instant::now();
     let root = comm.process_at_rank(0);
     if comm.rank() == 0 {
@@ -36,16 +36,19 @@ fn reduce_broadcast<C: Communicator>(comm: &C, bucket: &[f32], reduced: &mut [f3
 }
 
 /// Replaces each tensor of `tensors` in place by Σ_ranks weight_rank · tensor_rank: flattened
-/// into `bucket`, scaled, summed with [`reduce_broadcast`] into `reduced`, copied back.
+/// into `bucket`, scaled, summed with [`reduce_broadcast`] into `reduced`, copied back. With
+/// `extra`, one more value rides unscaled at the bucket's end; its sum is returned.
 fn weighted_sum<C: Communicator>(
     comm: &C,
     tensors: &[Tensor],
     weight: f32,
+    extra: Option<f32>,
     bucket: &mut Vec<f32>,
     reduced: &mut Vec<f32>,
-) -> Result<SyncStats, TrainError> {
+) -> Result<(SyncStats, f32), TrainError> {
     let sizes: Vec<usize> = tensors.iter().map(|t| t.numel()).collect();
-    let total: usize = sizes.iter().sum();
+    let values: usize = sizes.iter().sum();
+    let total = values + usize::from(extra.is_some());
     if i32::try_from(total).is_err() {
         return Err(TrainError::TooLarge(total));
     }
@@ -59,7 +62,10 @@ fn weighted_sum<C: Communicator>(
             .f_copy_data(&mut bucket[offset..offset + n], n)?;
         offset += n;
     }
-    bucket.iter_mut().for_each(|x| *x *= weight);
+    bucket[..values].iter_mut().for_each(|x| *x *= weight);
+    if let Some(v) = extra {
+        bucket[values] = v;
+    }
     let seconds = reduce_broadcast(comm, bucket, reduced);
     let mut offset = 0;
     tch::no_grad(|| -> Result<(), TrainError> {
@@ -70,10 +76,14 @@ fn weighted_sum<C: Communicator>(
         }
         Ok(())
     })?;
-    Ok(SyncStats {
-        bytes: (total * std::mem::size_of::<f32>()) as u64,
-        seconds,
-    })
+    let summed = extra.map_or(0.0, |_| reduced[values]);
+    Ok((
+        SyncStats {
+            bytes: (total * std::mem::size_of::<f32>()) as u64,
+            seconds,
+        },
+        summed,
+    ))
 }
 
 /// Replaces each buffer (batch-norm running statistics: non-trainable float variables) by
@@ -87,7 +97,7 @@ pub fn average_buffers<C: Communicator>(
     bucket: &mut Vec<f32>,
     reduced: &mut Vec<f32>,
 ) -> Result<SyncStats, TrainError> {
-    weighted_sum(comm, buffers, weight, bucket, reduced)
+    weighted_sum(comm, buffers, weight, None, bucket, reduced).map(|r| r.0)
 }
 
 /// Replaces every variable's gradient by Σ_ranks weight_rank · gradient_rank, where `weight`
@@ -101,6 +111,19 @@ pub fn sync_gradients<C: Communicator>(
     bucket: &mut Vec<f32>,
     reduced: &mut Vec<f32>,
 ) -> Result<SyncStats, TrainError> {
+    sync_gradients_with_flag(comm, vars, weight, false, bucket, reduced).map(|r| r.0)
+}
+
+/// [`sync_gradients`], also telling every rank whether any rank raised `flag` — in the same
+/// message, so a group can agree to stop mid-epoch without an extra collective per step.
+pub fn sync_gradients_with_flag<C: Communicator>(
+    comm: &C,
+    vars: &[Tensor],
+    weight: f32,
+    flag: bool,
+    bucket: &mut Vec<f32>,
+    reduced: &mut Vec<f32>,
+) -> Result<(SyncStats, bool), TrainError> {
     // `grad()` returns a handle on the gradient's storage: writing it writes the gradient.
     let grads: Vec<Tensor> = vars
         .iter()
@@ -114,5 +137,13 @@ pub fn sync_gradients<C: Communicator>(
             }
         })
         .collect::<Result<_, _>>()?;
-    weighted_sum(comm, &grads, weight, bucket, reduced)
+    let (stats, raised) = weighted_sum(
+        comm,
+        &grads,
+        weight,
+        Some(f32::from(u8::from(flag))),
+        bucket,
+        reduced,
+    )?;
+    Ok((stats, raised > 0.5))
 }

@@ -1,0 +1,176 @@
+//! Training-overhead benchmark (run by `scripts/bench-train`, not a test): training images/s
+//! of one fixed architecture and batch size through aiperf's trial trainer — the code
+//! `aiperf run` runs on every rank: loader, shard weighting, gradient exchange (over a
+//! one-rank communicator here), learning-rate schedule, one small validation pass — beside a
+//! bare tch loop over the same model on tensors already in memory. Prints one JSON object
+//! per measurement. With `--write-arch FILE` it writes the architecture's IR JSON (for the
+//! PyTorch peer, `scripts/bench_train_torch.py`) and exits.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use aiperf::arch::{self, Shape};
+use aiperf::data::{open_split, Augment};
+use aiperf::model::Net;
+use aiperf::search::Hparams;
+use aiperf::train::{Precision, TrainConfig, TrialSpec, TrialTrainer};
+use clap::Parser;
+use tch::nn::{ModuleT, OptimizerConfig};
+use tch::{nn, Device, Reduction, Tensor};
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Folder with train.aipk and val.aipk.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Built-in architecture.
+    #[arg(long, default_value = "resnet8")]
+    arch: String,
+    /// Input HxWxC and classes, for --write-arch.
+    #[arg(long, default_value = "28x28x1")]
+    input: Shape,
+    #[arg(long, default_value_t = 10)]
+    classes: u32,
+    /// Batch size.
+    #[arg(long, default_value_t = 64)]
+    batch: u32,
+    /// Optimizer steps per measurement.
+    #[arg(long, default_value_t = 100)]
+    steps: usize,
+    /// Torch threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Alternating repetitions.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Write the architecture's IR JSON here and exit.
+    #[arg(long)]
+    write_arch: Option<PathBuf>,
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let Some(graph) = arch::by_name(&args.arch, args.input, args.classes) else {
+        anyhow::bail!("unknown --arch {}", args.arch);
+    };
+    if let Some(path) = &args.write_arch {
+        std::fs::write(path, graph.to_json())?;
+        return Ok(());
+    }
+    let data = args
+        .data
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?;
+    tch::set_num_threads(args.threads as i32);
+    let universe = mpi::initialize().ok_or_else(|| anyhow::anyhow!("MPI init"))?;
+    let world = universe.world();
+    let train = open_split(&data, "train")?;
+    let val = open_split(&data, "val")?;
+    let h = train.header().clone();
+    anyhow::ensure!(
+        Shape::new(h.channels, h.height, h.width) == args.input && h.num_classes == args.classes,
+        "--input/--classes must match the data"
+    );
+    let images = args.steps * args.batch as usize;
+    let cfg = TrainConfig {
+        lr_per_256: 0.1,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+        label_smoothing: 0.1,
+        warmup_epochs: 0.0,
+        train_images: Some(images),
+        val_images: Some(args.batch as usize),
+        augment: Augment::None,
+        val_augment: Augment::None,
+        val_batch: args.batch as usize,
+        loader_workers: 2,
+        prefetch: 2,
+        precision: Precision::Fp32,
+    };
+    let spec = TrialSpec {
+        graph: graph.clone(),
+        hparams: Hparams {
+            batch_size: args.batch,
+            kernel_size: 3,
+        },
+        seed: 1,
+        epochs: 1000,
+    };
+    // The bare loop's data: the same images, normalised once, in memory.
+    let n = images.min(train.len());
+    let per = (h.channels * h.height * h.width) as usize;
+    let mut host = Vec::with_capacity(n * per);
+    let (mean, std) = (h.channel_mean[0] as f32, h.channel_std[0] as f32);
+    for i in 0..n {
+        host.extend(
+            train
+                .image(i)
+                .iter()
+                .map(|&p| (f32::from(p) / 255.0 - mean) / std),
+        );
+    }
+    let xs = Tensor::from_slice(&host).view([
+        n as i64,
+        i64::from(h.channels),
+        i64::from(h.height),
+        i64::from(h.width),
+    ]);
+    let ys = Tensor::from_slice(
+        &(0..n)
+            .map(|i| i64::from(train.label(i)))
+            .collect::<Vec<_>>(),
+    );
+    let report = |what: &str, rep: usize, secs: f64| {
+        println!(
+            "{{\"impl\":\"{what}\",\"arch\":\"{}\",\"batch\":{},\"threads\":{},\"rep\":{rep},\"images\":{images},\"seconds\":{secs:.6},\"images_per_s\":{:.1}}}",
+            args.arch,
+            args.batch,
+            args.threads,
+            images as f64 / secs
+        );
+    };
+    for rep in 0..args.reps {
+        // aiperf's trial trainer: one epoch of `steps` steps (+ one validation batch).
+        let mut trainer = TrialTrainer::new(&world, &cfg, Device::Cpu, &train, &val, &spec)?;
+        let t = Instant::now();
+        let stats = trainer
+            .epoch(1 + rep as u32, &|| false)?
+            .ok_or_else(|| anyhow::anyhow!("the epoch was abandoned"))?;
+        let secs = t.elapsed().as_secs_f64();
+        anyhow::ensure!(stats.train_images as usize == images, "short epoch");
+        report("aiperf", rep, secs);
+        drop(trainer);
+        // The bare tch loop.
+        tch::manual_seed(1);
+        let vs = nn::VarStore::new(Device::Cpu);
+        let net = Net::build(&vs.root(), &graph)?;
+        let mut opt = nn::Sgd {
+            momentum: 0.9,
+            wd: 5e-4,
+            ..Default::default()
+        }
+        .build(&vs, 0.1 * f64::from(args.batch) / 256.0)?;
+        let b = i64::from(args.batch);
+        let t = Instant::now();
+        for step in 0..args.steps as i64 {
+            let start = (step * b) % (n as i64 - b + 1);
+            let loss = net
+                .forward_t(&xs.narrow(0, start, b), true)
+                .cross_entropy_loss::<Tensor>(
+                    &ys.narrow(0, start, b),
+                    None,
+                    Reduction::Mean,
+                    -100,
+                    0.1,
+                );
+            opt.zero_grad();
+            loss.backward();
+            opt.step();
+            let _ = loss.double_value(&[]);
+        }
+        report("bare-tch", rep, t.elapsed().as_secs_f64());
+    }
+    Ok(())
+}

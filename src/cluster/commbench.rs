@@ -1,0 +1,126 @@
+//! `aiperf comm-bench`: the interconnect profile. Sweeps message sizes and times, over a
+//! communicator, MPI's all-reduce and the reduce + broadcast that the gradient exchange uses,
+//! reporting per size the time, algorithm bandwidth (bytes / time) and bus bandwidth
+//! (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as nccl-tests
+//! define it), so interconnects and the training exchange can be compared.
+
+use std::time::Instant;
+
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
+use mpi::traits::Communicator;
+use serde::Serialize;
+
+use crate::train::reduce_broadcast;
+
+/// One size of the sweep for one method, the same on every rank.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CommRow {
+    /// What was timed: `allreduce` (MPI_Allreduce) or `reduce+bcast` (the gradient exchange).
+    pub method: &'static str,
+    /// Ranks in the communicator.
+    pub ranks: usize,
+    /// Message bytes (f32 elements × 4).
+    pub bytes: u64,
+    /// Mean seconds per operation (the slowest rank's).
+    pub seconds: f64,
+    /// Algorithm bandwidth, bytes per second.
+    pub algbw: f64,
+    /// Bus bandwidth, bytes per second.
+    pub busbw: f64,
+}
+
+/// Times `iters` operations of each method for each size in `sizes` (bytes, rounded down to
+/// f32 elements) after `warmup` untimed ones; collective over `comm`.
+pub fn sweep<C: Communicator>(
+    comm: &C,
+    sizes: &[u64],
+    iters: usize,
+    warmup: usize,
+) -> Vec<CommRow> {
+    let n = comm.size() as usize;
+    let mut rows = Vec::new();
+    for &bytes in sizes {
+        let elems = (bytes / 4).max(1) as usize;
+        let send = vec![1f32; elems];
+        let mut recv = vec![0f32; elems];
+        for method in ["allreduce", "reduce+bcast"] {
+            let mut op = || match method {
+                "allreduce" => {
+                    comm.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum())
+                }
+                _ => {
+                    reduce_broadcast(comm, &send, &mut recv);
+                }
+            };
+            for _ in 0..warmup {
+                op();
+            }
+            comm.barrier();
+            let t = Instant::now();
+            for _ in 0..iters.max(1) {
+                op();
+            }
+            let mine = t.elapsed().as_secs_f64() / iters.max(1) as f64;
+            let mut slowest = 0f64;
+            comm.all_reduce_into(&mine, &mut slowest, SystemOperation::max());
+            let b = (elems * 4) as u64;
+            let algbw = b as f64 / slowest.max(1e-12);
+            rows.push(CommRow {
+                method,
+                ranks: n,
+                bytes: b,
+                seconds: slowest,
+                algbw,
+                busbw: algbw * 2.0 * (n as f64 - 1.0) / n as f64,
+            });
+        }
+    }
+    rows
+}
+
+/// The sweep's sizes: powers of two from `min` to `max` bytes.
+pub fn sizes(min: u64, max: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut s = min.max(4).next_power_of_two();
+    while s <= max {
+        out.push(s);
+        s *= 2;
+    }
+    out
+}
+
+/// The rows as a table in the manner of nccl-tests.
+pub fn table(scope: &str, rows: &[CommRow]) -> String {
+    let mut out = format!(
+        "# {scope}: {} ranks\n#{:>13} {:>13} {:>12} {:>12} {:>12}\n",
+        rows.first().map_or(0, |r| r.ranks),
+        "bytes",
+        "method",
+        "time us",
+        "algbw GB/s",
+        "busbw GB/s"
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "{:>14} {:>13} {:>12.1} {:>12.3} {:>12.3}\n",
+            r.bytes,
+            r.method,
+            r.seconds * 1e6,
+            r.algbw / 1e9,
+            r.busbw / 1e9
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_powers_of_two_within_the_range() {
+        assert_eq!(sizes(1000, 9000), vec![1024, 2048, 4096, 8192]);
+        assert_eq!(sizes(1, 4), vec![4]);
+        assert!(sizes(9000, 1000).is_empty());
+    }
+}

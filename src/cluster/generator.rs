@@ -1,0 +1,198 @@
+//! A group leader's architecture generator: a background thread that runs the Bayesian
+//! optimiser (on its own rayon pool) over the latest history snapshot the leader gave it and
+//! keeps a small bounded buffer of candidates filled, so that the group's accelerators only
+//! wait for the search when the buffer is empty. Before the group has any history it offers
+//! the start architecture (group 0's first trial) or random neighbours of it.
+
+use std::collections::HashSet;
+use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::arch::{Descriptor, Graph};
+use crate::search::{random_morphism, BayesConfig, BayesOptimizer, Limits, Observed};
+
+/// A proposed architecture.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    /// The architecture.
+    pub graph: Graph,
+    /// The trained model it descends from (`None`: the start or a neighbour of it before
+    /// any history).
+    pub father: Option<u64>,
+    /// Kernel size of the deeper morphisms that made it.
+    pub kernel: u32,
+    /// History entries the proposal saw.
+    pub history_len: usize,
+}
+
+/// What the leader last told the generator.
+struct Snapshot {
+    history: Arc<Vec<Observed>>,
+    kernel: u32,
+}
+
+/// The running generator; dropping it stops the thread.
+pub struct Generator {
+    snapshot: Arc<Mutex<Snapshot>>,
+    rx: Option<Receiver<Candidate>>,
+    handle: Option<JoinHandle<()>>,
+    /// Seconds the leader spent waiting on an empty buffer.
+    waited_s: f64,
+}
+
+impl Generator {
+    /// Starts generating for `group` from `start`, with kernel size `kernel` until told
+    /// otherwise; `buffer` candidates are kept ready.
+    pub fn start(
+        cfg: BayesConfig,
+        start: Graph,
+        group: u32,
+        seed: u64,
+        kernel: u32,
+        buffer: usize,
+    ) -> Result<Generator, String> {
+        let optimizer = BayesOptimizer::new(cfg)?;
+        let snapshot = Arc::new(Mutex::new(Snapshot {
+            history: Arc::new(Vec::new()),
+            kernel,
+        }));
+        let (tx, rx) = sync_channel(buffer.max(1));
+        let shared = Arc::clone(&snapshot);
+        let handle = std::thread::Builder::new()
+            .name(format!("generator-{group}"))
+            .spawn(move || {
+                let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(u64::from(group)));
+                let mut proposed: HashSet<Descriptor> = HashSet::new();
+                let mut offered_start = false;
+                for call in 1u64.. {
+                    let (history, kernel) = {
+                        let s = shared.lock().expect("generator state");
+                        (Arc::clone(&s.history), s.kernel)
+                    };
+                    let (graph, father) = match optimizer.propose(&history, &proposed, kernel, call)
+                    {
+                        Some(p) => (p.graph, Some(p.father)),
+                        None if group == 0 && !offered_start && history.is_empty() => {
+                            offered_start = true;
+                            (start.clone(), None)
+                        }
+                        None => {
+                            match random_morphism(&start, kernel, &Limits::default(), &mut rng, 50)
+                            {
+                                Some((_, g)) => (g, None),
+                                None => (start.clone(), None),
+                            }
+                        }
+                    };
+                    proposed.insert(graph.descriptor());
+                    let candidate = Candidate {
+                        graph,
+                        father,
+                        kernel,
+                        history_len: history.len(),
+                    };
+                    if tx.send(candidate).is_err() {
+                        return; // the leader is done
+                    }
+                }
+            })
+            .map_err(|e| format!("starting the generator thread: {e}"))?;
+        Ok(Generator {
+            snapshot,
+            rx: Some(rx),
+            handle: Some(handle),
+            waited_s: 0.0,
+        })
+    }
+
+    /// Hands the generator a new history and kernel size for its next proposals.
+    pub fn update(&self, history: Vec<Observed>, kernel: u32) {
+        let mut s = self.snapshot.lock().expect("generator state");
+        s.history = Arc::new(history);
+        s.kernel = kernel;
+    }
+
+    /// The next candidate, waiting only if the buffer is empty.
+    pub fn take(&mut self) -> Result<Candidate, String> {
+        let started = Instant::now();
+        let c = self
+            .rx
+            .as_ref()
+            .and_then(|rx| rx.recv().ok())
+            .ok_or_else(|| "the architecture generator thread died".to_string());
+        self.waited_s += started.elapsed().as_secs_f64();
+        c
+    }
+
+    /// Seconds spent waiting for candidates so far.
+    pub fn waited_s(&self) -> f64 {
+        self.waited_s
+    }
+}
+
+impl Drop for Generator {
+    fn drop(&mut self) {
+        self.rx = None; // a blocked send fails, and the thread returns
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::{cifar_resnet, CifarResnetConfig, Shape};
+
+    fn start() -> Graph {
+        cifar_resnet(
+            &CifarResnetConfig {
+                blocks: vec![1, 1],
+                width: 8,
+            },
+            Shape::new(3, 16, 16),
+            10,
+        )
+    }
+
+    #[test]
+    fn group_zero_starts_from_the_start_then_descends_from_the_history() {
+        let cfg = BayesConfig {
+            threads: 1,
+            ..BayesConfig::default()
+        };
+        let mut g = Generator::start(cfg.clone(), start(), 0, 7, 3, 1).unwrap();
+        let first = g.take().unwrap();
+        assert_eq!(first.graph, start());
+        assert_eq!(first.father, None);
+        // Without history, further candidates are neighbours of the start.
+        let second = g.take().unwrap();
+        assert_ne!(second.graph.descriptor(), start().descriptor());
+        let trained = Observed {
+            id: 41,
+            descriptor: start().descriptor(),
+            graph: Arc::new(start()),
+            accuracy: 0.8,
+        };
+        g.update(vec![trained], 5);
+        // At most `buffer` + 1 stale candidates (one queued, one being sent) precede one
+        // generated from the new snapshot.
+        let fresh = (0..3)
+            .map(|_| g.take().unwrap())
+            .find(|c| c.history_len == 1)
+            .expect("a candidate from the new history");
+        assert_eq!(fresh.father, Some(41));
+        assert_eq!(fresh.kernel, 5);
+        // Another group never offers the start itself.
+        let mut other = Generator::start(cfg, start(), 1, 7, 3, 1).unwrap();
+        assert_ne!(
+            other.take().unwrap().graph.descriptor(),
+            start().descriptor()
+        );
+    }
+}

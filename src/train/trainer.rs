@@ -1,0 +1,377 @@
+//! The libtorch trainer of one trial on one rank of a replica group: every rank builds the
+//! same model from the trial's seed (then takes the group leader's parameters, so devices
+//! whose initialisation differs still agree), trains on its share of every seeded global
+//! batch with SGD (momentum, weight decay, label smoothing, the learning rate a pure function
+//! of (epoch, step)), exchanges gradients over the group communicator after every step,
+//! averages batch-norm statistics before validating, and validates on its shard of the
+//! validation split, the sums reduced over the group. Each epoch reports its time split:
+//! compute (forward, backward, update, validation), gradient exchange (with bytes) and
+//! waiting for data.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+use mpi::traits::Communicator;
+use serde::{Deserialize, Serialize};
+use tch::nn::{ModuleT, OptimizerConfig};
+use tch::{nn, Device, Kind, Reduction, Tensor};
+
+use super::schedule::LrSchedule;
+use super::sync::sync_gradients_with_flag;
+use super::{average_buffers, EpochStats, TrainError};
+use crate::arch::Graph;
+use crate::data::{Augment, Loader, LoaderConfig, Pack};
+use crate::model::Net;
+use crate::search::Hparams;
+
+/// Arithmetic of the training step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// float32 everywhere (the only choice on CPU).
+    Fp32,
+    /// CUDA automatic mixed precision: float16 matrix products, float32 parameters.
+    Fp16,
+}
+
+impl Precision {
+    /// The name recorded in the run's attributes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::Fp16 => "fp16",
+        }
+    }
+}
+
+/// How every trial of a run trains (from the preset and the command line).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrainConfig {
+    /// Peak learning rate for a global batch of 256; scaled linearly with the global batch
+    /// (Goyal et al., "Accurate, large minibatch SGD", 2017).
+    pub lr_per_256: f64,
+    /// SGD momentum (DESIGN.md §3: 0.9).
+    pub momentum: f64,
+    /// L2 weight decay.
+    pub weight_decay: f64,
+    /// Label smoothing of the training loss (DESIGN.md §3: 0.1).
+    pub label_smoothing: f64,
+    /// Epochs of linear learning-rate warm-up at the start of each trial.
+    pub warmup_epochs: f64,
+    /// Training images per epoch (a fresh random subset each epoch); `None` = all.
+    pub train_images: Option<usize>,
+    /// Validation images (the first ones of the split); `None` = all.
+    pub val_images: Option<usize>,
+    /// Training augmentation.
+    pub augment: Augment,
+    /// Validation transform.
+    pub val_augment: Augment,
+    /// Validation images per rank per batch.
+    pub val_batch: usize,
+    /// Loader threads per rank.
+    pub loader_workers: usize,
+    /// Batches each loader thread prepares ahead.
+    pub prefetch: usize,
+    /// Arithmetic.
+    pub precision: Precision,
+}
+
+/// What every rank of the group trains in one trial.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TrialSpec {
+    /// The architecture.
+    pub graph: Graph,
+    /// Its hyperparameters (batch size per rank).
+    pub hparams: Hparams,
+    /// Seed of the initial parameters, the shuffle and the augmentation.
+    pub seed: u64,
+    /// Epochs the learning-rate schedule spans (the round's budget).
+    pub epochs: u32,
+}
+
+/// One trial being trained on this rank.
+pub struct TrialTrainer<'c, C: Communicator> {
+    comm: &'c C,
+    cfg: TrainConfig,
+    device: Device,
+    vs: nn::VarStore,
+    net: Net,
+    opt: nn::Optimizer,
+    vars: Vec<Tensor>,
+    buffers: Vec<Tensor>,
+    train: Loader,
+    val: Loader,
+    schedule: LrSchedule,
+    bucket: Vec<f32>,
+    reduced: Vec<f32>,
+}
+
+/// The VarStore's float buffers (batch-norm running statistics) in name order — the map
+/// iterates in a different order in every process.
+fn float_buffers(vs: &nn::VarStore) -> Vec<Tensor> {
+    let mut named: Vec<(String, Tensor)> = vs
+        .variables()
+        .into_iter()
+        .filter(|(_, t)| !t.requires_grad() && t.kind() == Kind::Float)
+        .collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    named.into_iter().map(|(_, t)| t).collect()
+}
+
+/// Every variable in name order (parameters and buffers).
+fn all_variables(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
+    let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    named
+}
+
+/// Waits for the device's queued work, so that wall-clock intervals measure it.
+fn synchronize(device: Device) {
+    if let Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
+}
+
+impl<'c, C: Communicator> TrialTrainer<'c, C> {
+    /// Builds the model on `device` from `spec` (collective over `comm`: the leader's
+    /// initial parameters are broadcast) and the loaders of this rank's shards.
+    pub fn new(
+        comm: &'c C,
+        cfg: &TrainConfig,
+        device: Device,
+        train_pack: &Arc<Pack>,
+        val_pack: &Arc<Pack>,
+        spec: &TrialSpec,
+    ) -> Result<Self, TrainError> {
+        if cfg.precision == Precision::Fp16 && !device.is_cuda() {
+            return Err(TrainError::Config(
+                "fp16 autocast needs a CUDA device; use --precision fp32 on CPU".into(),
+            ));
+        }
+        let (rank, size) = (comm.rank() as usize, comm.size() as usize);
+        tch::manual_seed(spec.seed as i64);
+        let vs = nn::VarStore::new(device);
+        let net = Net::build(&vs.root(), &spec.graph)?;
+        // The leader's initial values everywhere (bit-identical start on any devices).
+        let named = all_variables(&vs);
+        for (_, t) in &named {
+            let n = t.numel();
+            let mut host = vec![0f32; n];
+            if t.kind() == Kind::Float {
+                t.to_device(Device::Cpu)
+                    .contiguous()
+                    .copy_data(&mut host, n);
+                comm.process_at_rank(0).broadcast_into(&mut host[..]);
+                tch::no_grad(|| -> Result<(), TrainError> {
+                    let v = Tensor::f_from_slice(&host)?
+                        .f_view_as(t)?
+                        .f_to_device(device)?;
+                    t.shallow_clone().f_copy_(&v)?;
+                    Ok(())
+                })?;
+            }
+        }
+        let global = spec.hparams.batch_size as usize * size;
+        let lr = cfg.lr_per_256 * global as f64 / 256.0;
+        let opt = nn::Sgd {
+            momentum: cfg.momentum,
+            wd: cfg.weight_decay,
+            ..Default::default()
+        }
+        .build(&vs, lr)?;
+        let loader = |pack: &Arc<Pack>, lc: LoaderConfig| Loader::new(Arc::clone(pack), lc);
+        let train = loader(
+            train_pack,
+            LoaderConfig {
+                global_batch: global,
+                rank,
+                group_size: size,
+                seed: spec.seed,
+                shuffle: true,
+                drop_last: true,
+                augment: cfg.augment.clone(),
+                mean: None,
+                std: None,
+                workers: cfg.loader_workers,
+                prefetch: cfg.prefetch,
+                limit: cfg.train_images,
+            },
+        )?;
+        if train.batches_per_epoch() == 0 {
+            return Err(TrainError::Config(format!(
+                "{} training images per epoch make no global batch of {global} (batch size {} × {size} ranks): use more training images or a smaller batch-size range",
+                train.samples_per_epoch().max(cfg.train_images.unwrap_or(0)),
+                spec.hparams.batch_size
+            )));
+        }
+        // Validation normalises with the training split's statistics.
+        let h = train_pack.header();
+        let val = loader(
+            val_pack,
+            LoaderConfig {
+                global_batch: cfg.val_batch.max(1) * size,
+                rank,
+                group_size: size,
+                seed: spec.seed,
+                shuffle: false,
+                drop_last: false,
+                augment: cfg.val_augment.clone(),
+                mean: Some(h.channel_mean.iter().map(|&m| m as f32).collect()),
+                std: Some(h.channel_std.iter().map(|&s| s as f32).collect()),
+                workers: cfg.loader_workers,
+                prefetch: cfg.prefetch,
+                limit: cfg.val_images,
+            },
+        )?;
+        Ok(TrialTrainer {
+            comm,
+            cfg: cfg.clone(),
+            device,
+            vars: vs.trainable_variables(),
+            buffers: float_buffers(&vs),
+            vs,
+            net,
+            opt,
+            train,
+            val,
+            schedule: LrSchedule {
+                base_lr: lr,
+                warmup_epochs: cfg.warmup_epochs,
+                total_epochs: f64::from(spec.epochs.max(1)),
+            },
+            bucket: Vec::new(),
+            reduced: Vec::new(),
+        })
+    }
+
+    /// Trains and validates epoch `epoch` (1-based); collective over the group. `stop` is
+    /// asked before every step; when it says yes on any rank, the group abandons the epoch
+    /// together (after that step's exchange) and `None` is returned: only completed epochs
+    /// count.
+    pub fn epoch(
+        &mut self,
+        epoch: u32,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Option<EpochStats>, TrainError> {
+        let started = Instant::now();
+        let mut stats = EpochStats::default();
+        let steps = self.train.batches_per_epoch();
+        let steps_u32 = u32::try_from(steps).unwrap_or(u32::MAX);
+        let smoothing = self.cfg.label_smoothing;
+        let fp16 = self.cfg.precision == Precision::Fp16;
+        let mut loss_sum = 0f64;
+        let mut batches = self.train.epoch(u64::from(epoch - 1));
+        for step in 0..steps {
+            let waited = Instant::now();
+            let batch = batches
+                .next()
+                .ok_or_else(|| TrainError::Config("the loader ended an epoch early".into()))?;
+            let (x, y) = batch.to_tensors(self.device)?;
+            stats.data_wait_s += waited.elapsed().as_secs_f64();
+            let computing = Instant::now();
+            let weight = batch.len() as f32 / batch.global_size as f32;
+            self.opt.set_lr(self.schedule.lr(
+                epoch - 1,
+                u32::try_from(step).unwrap_or(u32::MAX),
+                steps_u32,
+            ));
+            self.opt.zero_grad();
+            let loss = tch::autocast(fp16, || {
+                self.net.forward_t(&x, true).f_cross_entropy_loss::<Tensor>(
+                    &y,
+                    None,
+                    Reduction::Mean,
+                    -100,
+                    smoothing,
+                )
+            })?;
+            loss.f_backward()?;
+            loss_sum += loss.f_double_value(&[])? * f64::from(weight);
+            synchronize(self.device);
+            stats.compute_s += computing.elapsed().as_secs_f64();
+            let (s, abandon) = sync_gradients_with_flag(
+                self.comm,
+                &self.vars,
+                weight,
+                stop(),
+                &mut self.bucket,
+                &mut self.reduced,
+            )?;
+            stats.allreduce_s += s.seconds;
+            stats.allreduce_bytes += s.bytes;
+            if abandon {
+                return Ok(None);
+            }
+            let updating = Instant::now();
+            self.opt.step();
+            synchronize(self.device);
+            stats.compute_s += updating.elapsed().as_secs_f64();
+        }
+        drop(batches);
+        // Every rank's running statistics saw only its shards: take the group's average
+        // (they are moving averages, so averaging once equals averaging every step).
+        let s = average_buffers(
+            self.comm,
+            &self.buffers,
+            1.0 / self.comm.size() as f32,
+            &mut self.bucket,
+            &mut self.reduced,
+        )?;
+        stats.allreduce_s += s.seconds;
+        stats.allreduce_bytes += s.bytes;
+        // Validation on this rank's shard; sums reduced over the group.
+        let (mut val_loss, mut correct, mut seen) = (0f64, 0f64, 0f64);
+        let mut batches = self.val.epoch(0);
+        loop {
+            let waited = Instant::now();
+            let Some(batch) = batches.next() else { break };
+            stats.data_wait_s += waited.elapsed().as_secs_f64();
+            if batch.is_empty() {
+                continue;
+            }
+            let (x, y) = batch.to_tensors(self.device)?;
+            let computing = Instant::now();
+            let (l, c) = tch::no_grad(|| -> Result<(f64, f64), TrainError> {
+                let logits =
+                    tch::autocast(fp16, || self.net.forward_t(&x, false)).f_to_kind(Kind::Float)?;
+                let l = logits
+                    .f_cross_entropy_loss::<Tensor>(&y, None, Reduction::Sum, -100, 0.0)?
+                    .f_double_value(&[])?;
+                let c = logits
+                    .f_argmax(1, false)?
+                    .f_eq_tensor(&y)?
+                    .f_sum(Kind::Double)?
+                    .f_double_value(&[])?;
+                Ok((l, c))
+            })?;
+            stats.compute_s += computing.elapsed().as_secs_f64();
+            val_loss += l;
+            correct += c;
+            seen += batch.len() as f64;
+        }
+        drop(batches);
+        let local = [loss_sum, val_loss, correct, seen];
+        let mut total = [0f64; 4];
+        let reducing = Instant::now();
+        self.comm
+            .all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());
+        stats.allreduce_s += reducing.elapsed().as_secs_f64();
+        stats.steps = steps as u64;
+        stats.train_images = self.train.samples_per_epoch() as u64;
+        stats.val_images = total[3] as u64;
+        // The per-step losses are already weighted by shard; summed over ranks they are the
+        // global batches' mean losses.
+        stats.train_loss = total[0] / steps.max(1) as f64;
+        stats.val_loss = total[1] / total[3].max(1.0);
+        stats.val_accuracy = total[2] / total[3].max(1.0);
+        stats.wall_s = started.elapsed().as_secs_f64();
+        Ok(Some(stats))
+    }
+
+    /// A hash of every variable's bits in name order: equal on every rank of the group when
+    /// the data-parallel exchange works.
+    pub fn params_hash(&self) -> u64 {
+        super::check::params_hash(&self.vs)
+    }
+}

@@ -1,0 +1,200 @@
+//! `aiperf run` with the real libtorch trainer under a real `mpirun`, on a tiny learnable
+//! dataset written here (a bright quadrant tells the class): the records hold every epoch
+//! in time order, each epoch's operations equal the op counter's prediction for its
+//! architecture and the images and optimizer steps it ran, the time split and exchanged
+//! bytes are filled in, the model learns, and every rank of a group held bit-identical
+//! parameters after every epoch (the run aborts otherwise).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use aiperf::arch::Graph;
+use aiperf::ops::OpCount;
+use aiperf_data_prep::{PackWriter, Source};
+use aiperf_records::{read_architectures, read_run, score};
+
+const SIDE: u32 = 8;
+const CLASSES: u32 = 4;
+
+/// `n` 1×8×8 images: noise, plus a bright 4×4 quadrant numbered by the class; every tenth
+/// sample carries the next class's label, so accuracy stays below 1 (the score's −ln error
+/// stays finite).
+fn write_split(dir: &Path, split: &str, n: usize, seed: u64) {
+    let path = dir.join(format!("{split}.aipk"));
+    let mut w = PackWriter::create(&path, split, [1, SIDE, SIDE], CLASSES).unwrap();
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for i in 0..n {
+        let class = (i % CLASSES as usize) as u32;
+        let (qy, qx) = (class / 2 * 4, class % 2 * 4);
+        let img: Vec<u8> = (0..SIDE * SIDE)
+            .map(|p| {
+                let (y, x) = (p / SIDE, p % SIDE);
+                let noise = (next() % 90) as u8;
+                let lit = (qy..qy + 4).contains(&y) && (qx..qx + 4).contains(&x);
+                if lit {
+                    noise + 140
+                } else {
+                    noise
+                }
+            })
+            .collect();
+        let label = if i % 10 == 9 {
+            (class + 1) % CLASSES
+        } else {
+            class
+        };
+        w.push(&img, label, &path).unwrap();
+    }
+    let names = (0..CLASSES).map(|c| format!("quadrant{c}")).collect();
+    let src = Source {
+        kind: "test".into(),
+        dataset: "quadrants".into(),
+        inputs: vec![],
+        processing: String::new(),
+    };
+    w.finish(names, src, 0).unwrap();
+}
+
+fn run(np: usize, data: &Path, results: &Path, extra: &[&str]) -> (String, String) {
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let out = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .arg(np.to_string())
+        .args(["run", "--trainer", "real", "--data"])
+        .arg(data)
+        .arg("--results")
+        .arg(results)
+        .args([
+            "--epochs",
+            "4",
+            "--batch-size",
+            "8:24",
+            "--threads",
+            "1",
+            "--score-interval",
+            "2",
+        ])
+        .args(extra)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "np={np}: {stdout}{stderr}");
+    (stdout, stderr)
+}
+
+/// Checks the records of a run whose groups have `ranks` ranks; returns the epochs counted.
+fn check_records(dir: &Path, ranks: u64, train: u64, val: u64) -> usize {
+    let run = read_run(dir).unwrap();
+    let archs: HashMap<u64, Graph> = read_architectures(dir)
+        .unwrap()
+        .into_iter()
+        .map(|(id, json)| (id, Graph::from_json(&json).unwrap()))
+        .collect();
+    let batch_of: HashMap<u64, u32> = run
+        .trials
+        .iter()
+        .map(|t| (t.model_id, t.batch_size))
+        .collect();
+    let mut epochs = 0;
+    for g in &run.groups {
+        assert!(!g.epochs.is_empty(), "group {} recorded no epoch", g.group);
+        assert!(
+            g.epochs.windows(2).all(|w| w[0].time_s < w[1].time_s),
+            "group {}: times must increase",
+            g.group
+        );
+        assert!(g.epochs.iter().all(|e| e.time_s >= run.info.start_time_s));
+        for e in &g.epochs {
+            let count = OpCount::of(&archs[&e.model_id]).unwrap();
+            let Some(&batch) = batch_of.get(&e.model_id) else {
+                continue; // the trial the deadline cut has no trial row
+            };
+            // Whole global batches only (drop-last): the steps follow from the images.
+            let global = u64::from(batch) * ranks;
+            assert_eq!(
+                e.train_images,
+                train / global * global,
+                "model {}",
+                e.model_id
+            );
+            let steps = e.train_images / global;
+            assert_eq!(
+                u128::from(e.train_ops),
+                count.train_epoch(e.train_images, steps),
+                "model {} epoch {}",
+                e.model_id,
+                e.epoch
+            );
+            assert_eq!(e.val_images, val);
+            assert_eq!(u128::from(e.val_ops), count.eval_epoch(val));
+            assert!(e.compute_s > 0.0 && e.data_wait_s >= 0.0 && e.allreduce_s >= 0.0);
+            // Every step sends the whole gradient bucket: 4 bytes per trainable parameter.
+            assert!(
+                e.allreduce_bytes >= steps * 4 * count.params as u64,
+                "{} bytes for {steps} steps of {} parameters",
+                e.allreduce_bytes,
+                count.params
+            );
+            assert!((0.0..=1.0).contains(&e.val_accuracy) && e.train_loss.is_finite());
+            epochs += 1;
+        }
+    }
+    let s = score(&run, 2.0).unwrap();
+    assert!(s.ops_per_s > 0.0);
+    // Epochs cut by the deadline are abandoned, not recorded late.
+    assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+    assert!(
+        s.best_accuracy > 0.6,
+        "the quadrant task is easy; best accuracy {}",
+        s.best_accuracy
+    );
+    epochs
+}
+
+#[test]
+fn real_training_under_mpirun_with_groups_of_two_and_three_ranks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("quadrants");
+    std::fs::create_dir_all(&data).unwrap();
+    write_split(&data, "train", 384, 1);
+    write_split(&data, "val", 96, 2);
+    for (np, ranks) in [(3usize, 2u64), (4, 3)] {
+        let results = tmp.path().join(format!("np{np}"));
+        let (out, err) = run(np, &data, &results, &["--duration", "25"]);
+        assert!(out.contains("score (sustained)"), "{out}");
+        assert!(
+            err.contains(&format!("bit-identical on all {ranks} ranks")),
+            "{err}"
+        );
+        let epochs = check_records(&results, ranks, 384, 96);
+        assert!(epochs >= 3, "np={np}: only {epochs} epochs in 25 s");
+    }
+}
+
+#[test]
+fn missing_data_is_a_clear_error_on_every_rank() {
+    let tmp = tempfile::tempdir().unwrap();
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let out = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .args(["3", "run", "--data"])
+        .arg(tmp.path().join("nothing-here"))
+        .arg("--results")
+        .arg(tmp.path().join("r"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("nothing-here") && err.contains("aiperf-data-prep"),
+        "{err}"
+    );
+}
