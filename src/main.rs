@@ -551,6 +551,8 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
         );
         world.abort(1);
     }
+    // Every rank has closed its files.
+    world.barrier();
     if rank == 0 {
         let run = aiperf_records::read_run(&results)?;
         let s = aiperf_records::score(&run, preset.score_interval_s.min(preset.duration_s / 4.0))?;

@@ -11,6 +11,9 @@ use aiperf::arch::Graph;
 use aiperf::ops::OpCount;
 use aiperf_records::{read_architectures, read_run, score};
 
+mod common;
+use common::rank_pids;
+
 fn run(np: usize, extra: &[&str], dir: &Path) -> String {
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let out = Command::new(&launcher)
@@ -153,30 +156,6 @@ fn a_bad_layout_is_refused_by_name() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a multiple of --group-size 2"));
-}
-
-/// World ranks of `aiperf run` writing to `dir` (their command lines name it).
-fn rank_pids(dir: &Path) -> Vec<String> {
-    let needle = dir.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .chars()
-                .all(|c| c.is_ascii_digit())
-        })
-        .filter_map(|e| {
-            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
-            let args: Vec<String> = cmd
-                .split(|&b| b == 0)
-                .map(|a| String::from_utf8_lossy(a).into_owned())
-                .collect();
-            let is_rank = args.first()?.ends_with("/aiperf") && args.iter().any(|a| a == &needle);
-            is_rank.then(|| e.file_name().to_string_lossy().into_owned())
-        })
-        .collect()
 }
 
 #[test]

@@ -14,6 +14,9 @@ use aiperf::ops::OpCount;
 use aiperf_data_prep::{PackWriter, Source};
 use aiperf_records::{read_architectures, read_run, score};
 
+mod common;
+use common::rank_pids;
+
 const SIDE: u32 = 8;
 const CLASSES: u32 = 4;
 
@@ -197,4 +200,83 @@ fn missing_data_is_a_clear_error_on_every_rank() {
         err.contains("nothing-here") && err.contains("aiperf-data-prep"),
         "{err}"
     );
+}
+
+#[test]
+fn sigterm_abandons_the_epoch_in_progress_and_closes_the_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("quadrants");
+    std::fs::create_dir_all(&data).unwrap();
+    // Long epochs (750 steps), so the signal lands inside one.
+    write_split(&data, "train", 12_000, 3);
+    write_split(&data, "val", 96, 4);
+    let dir = tmp.path().join("r");
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let child = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .args(["3", "run", "--trainer", "real", "--data"])
+        .arg(&data)
+        .args([
+            "--duration",
+            "300",
+            "--batch-size",
+            "8",
+            "--threads",
+            "1",
+            "--results",
+        ])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut child = child;
+    // The ranks' log, line by line (the records are open for writing, hence locked).
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let log = std::sync::Arc::clone(&log);
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let mut l = log.lock().unwrap();
+                l.push_str(&line);
+                l.push('\n');
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    while !log.lock().unwrap().contains("epoch 1/") {
+        assert!(started.elapsed().as_secs() < 120, "no epoch completed");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let pids = rank_pids(&dir);
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    Command::new("kill")
+        .arg("-TERM")
+        .args(&pids)
+        .status()
+        .unwrap();
+    let signalled = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    reader.join().unwrap();
+    let stderr = log.lock().unwrap().clone();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        signalled.elapsed().as_secs() < 60,
+        "the group should stop inside the epoch, not finish the run"
+    );
+    let run = read_run(&dir).unwrap();
+    assert!(run.warnings.is_empty(), "{:?}", run.warnings);
+    let end = run
+        .info
+        .end_time_s
+        .expect("a clean stop writes the end time");
+    let last = run.groups[0].epochs.last().unwrap().time_s;
+    assert!(last <= end, "an epoch after the end was recorded");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("score (sustained)"));
 }

@@ -474,7 +474,11 @@ fn text_report_snapshot() {
     write_run(tmp.path(), Some(1000.0));
     let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
     // Counted epochs: 40 s compute + 5 s all-reduce over 2 groups × 1000 s.
-    assert!((s.busy_fraction - 45.0 / 2000.0).abs() < 1e-12, "{}", s.busy_fraction);
+    assert!(
+        (s.busy_fraction - 45.0 / 2000.0).abs() < 1e-12,
+        "{}",
+        s.busy_fraction
+    );
     let text = aiperf_records::report::text(&s).replace(&tmp.path().display().to_string(), "RUN");
     assert_eq!(text, SNAPSHOT);
 }

@@ -169,7 +169,7 @@ pub fn primary<C: Communicator>(
     let deadline = t0 + cfg.duration.as_secs_f64();
     let mut end: Option<f64> = None;
     let mut byes = 0;
-    let (served, mut busy) = (Instant::now(), 0.0f64);
+    let (served, mut busy, cpu0) = (Instant::now(), 0.0f64, process_cpu_s());
     let mut requests = 0u64;
     while byes < layout.leaders.len() {
         let (bytes, status) = receive_any(world);
@@ -243,14 +243,32 @@ pub fn primary<C: Communicator>(
     }
     let wall = served.elapsed().as_secs_f64();
     log::info!(
-        "primary: served {requests} requests from {} groups in {wall:.1} s ({:.1}/s), busy {:.2}% of the time",
+        "primary: served {requests} requests from {} groups in {wall:.1} s ({:.1}/s), busy {:.2}% of the time, {:.2} CPU s",
         layout.leaders.len(),
         requests as f64 / wall.max(1e-9),
-        100.0 * busy / wall.max(1e-9)
+        100.0 * busy / wall.max(1e-9),
+        process_cpu_s() - cpu0
     );
     p.writer
         .finish(end.unwrap_or_else(now_s).min(now_s()))
         .map_err(err)
+}
+
+/// CPU seconds this process has used (user + system, from /proc/self/stat; 0 where absent).
+fn process_cpu_s() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which may hold spaces) — utime and stime are the 12th
+    // and 13th of them, in clock ticks (USER_HZ, 100 on Linux).
+    let rest = stat.rsplit_once(')').map_or("", |r| r.1);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    f.iter().sum::<f64>() / 100.0
 }
 
 /// The next message from any rank, without spinning a core (the primary usually shares a
@@ -435,8 +453,8 @@ impl<'c, G: Communicator> Engine<'c, G> {
         })
     }
 
-    /// Runs epoch `epoch`; `None` when the run ended during it (abandoned, not counted).
-    fn epoch(&mut self, epoch: u32, stop: &dyn Fn() -> bool) -> Result<Option<EpochStats>, String> {
+    /// Runs epoch `epoch`; marked abandoned when the run ended during it (not counted).
+    fn epoch(&mut self, epoch: u32, stop: &dyn Fn() -> bool) -> Result<EpochStats, String> {
         match self {
             Engine::Simulated {
                 trial,
@@ -446,14 +464,21 @@ impl<'c, G: Communicator> Engine<'c, G> {
             } => {
                 let e = trial.epoch(epoch);
                 let seconds = e.seconds / *speedup;
-                let until = Instant::now() + Duration::from_secs_f64(seconds);
+                let began = Instant::now();
+                let until = began + Duration::from_secs_f64(seconds);
                 while let Some(left) = until.checked_duration_since(Instant::now()) {
                     if stop() {
-                        return Ok(None);
+                        let spent = began.elapsed().as_secs_f64();
+                        return Ok(EpochStats {
+                            compute_s: spent,
+                            wall_s: spent,
+                            abandoned: true,
+                            ..EpochStats::default()
+                        });
                     }
                     std::thread::sleep(left.min(Duration::from_millis(50)));
                 }
-                Ok(Some(EpochStats {
+                Ok(EpochStats {
                     train_images: images.0,
                     steps: *steps,
                     val_images: images.1,
@@ -463,7 +488,7 @@ impl<'c, G: Communicator> Engine<'c, G> {
                     compute_s: seconds,
                     wall_s: seconds,
                     ..EpochStats::default()
-                }))
+                })
             }
             Engine::Real(t) => t.epoch(epoch, stop).map_err(err),
         }
@@ -496,7 +521,8 @@ struct TrialOutcome {
     curve: Vec<f64>,
     epochs: u32,
     stop_run: bool,
-    /// Seconds inside train/eval steps and exchanges, and the trial's wall time.
+    /// Seconds inside train/eval steps and exchanges (abandoned epochs included), and the
+    /// trial's wall time.
     busy_s: f64,
     wall_s: f64,
 }
@@ -526,14 +552,15 @@ fn run_trial<C: Communicator, G: Communicator>(
     for epoch in 1..=spec.epochs {
         // The leader watches the clock and the signals; with the real trainer its flag
         // reaches every rank inside the gradient exchange, so the group stops together.
-        let Some(e) = engine.epoch(epoch, &|| lead.is_some() && cfg.over())? else {
+        let e = engine.epoch(epoch, &|| lead.is_some() && cfg.over())?;
+        out.busy_s += e.compute_s + e.allreduce_s;
+        if e.abandoned {
             // The run ended during the epoch: it does not count.
             let mut verdict = [STOP_RUN];
             comm.process_at_rank(0).broadcast_into(&mut verdict[..]);
             out.stop_run = true;
             break;
-        };
-        out.busy_s += e.compute_s + e.allreduce_s;
+        }
         if !engine.replicas_agree(comm) {
             return Err(format!(
                 "model {model_id}, epoch {epoch}: the ranks of the group hold different parameters after the gradient exchange (run `aiperf dp-check` under the same launcher to diagnose)"
@@ -666,6 +693,8 @@ pub fn leader<C: Communicator, G: Communicator>(
     let mut round = 0u32;
     let (began, mut busy, mut in_trials) = (Instant::now(), 0.0f64, 0.0f64);
     let mut checked = 0u32;
+    // From the end of the first trial on, the generator's buffer is warm.
+    let mut warm: Option<(Instant, f64)> = None;
     'trials: while running {
         let mut h = match ask(world, &ToPrimary::Suggest { group, round })? {
             ToGroup::Hparams(h) => h,
@@ -706,6 +735,10 @@ pub fn leader<C: Communicator, G: Communicator>(
         let out = run_trial(group_comm, cfg, model_id, round, &spec, Some(&side))?;
         busy += out.busy_s;
         in_trials += out.wall_s;
+        match warm {
+            Some((_, ref mut b)) => *b += out.busy_s,
+            None => warm = Some((Instant::now(), 0.0)),
+        }
         checked += out.epochs;
         let reported = if round < 3 {
             predict_final_accuracy(&out.curve, cfg.epochs)
@@ -729,8 +762,11 @@ pub fn leader<C: Communicator, G: Communicator>(
     }
     broadcast_value(group_comm, Some(&GroupOrder::End))?;
     let wall = began.elapsed().as_secs_f64();
+    let warm_pct = warm.map_or(0.0, |(t, b)| {
+        100.0 * b / t.elapsed().as_secs_f64().max(1e-9)
+    });
     log::info!(
-        "group {group}: {round} trials; leader busy in train/eval steps and exchanges {:.1}% of the run ({:.1}% of trial time); waited {:.2} s for the generator",
+        "group {group}: {round} trials; leader busy in train/eval steps and exchanges {:.1}% of the run, {warm_pct:.1}% after the first trial, {:.1}% of trial time; waited {:.2} s for the generator",
         100.0 * busy / wall.max(1e-9),
         100.0 * busy / in_trials.max(1e-9),
         generator.waited_s()
@@ -742,6 +778,8 @@ pub fn leader<C: Communicator, G: Communicator>(
         );
     }
     drop(generator);
+    // Close the records before saying goodbye: rank 0 reads them once every group has.
+    drop(writer);
     world
         .process_at_rank(0)
         .send(&encode(&ToPrimary::Bye { group })[..]);

@@ -44,6 +44,9 @@ pub struct EpochStats {
     pub data_wait_s: f64,
     /// Wall-clock seconds of the whole epoch.
     pub wall_s: f64,
+    /// The run ended during the epoch: it was abandoned (the time split so far is filled
+    /// in; nothing else counts).
+    pub abandoned: bool,
 }
 
 /// Why a training step failed.

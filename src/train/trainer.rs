@@ -247,13 +247,9 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
 
     /// Trains and validates epoch `epoch` (1-based); collective over the group. `stop` is
     /// asked before every step; when it says yes on any rank, the group abandons the epoch
-    /// together (after that step's exchange) and `None` is returned: only completed epochs
-    /// count.
-    pub fn epoch(
-        &mut self,
-        epoch: u32,
-        stop: &dyn Fn() -> bool,
-    ) -> Result<Option<EpochStats>, TrainError> {
+    /// together (after that step's exchange) and returns its time split so far, marked
+    /// `abandoned`: only completed epochs count.
+    pub fn epoch(&mut self, epoch: u32, stop: &dyn Fn() -> bool) -> Result<EpochStats, TrainError> {
         let started = Instant::now();
         let mut stats = EpochStats::default();
         let steps = self.train.batches_per_epoch();
@@ -301,7 +297,9 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             stats.allreduce_s += s.seconds;
             stats.allreduce_bytes += s.bytes;
             if abandon {
-                return Ok(None);
+                stats.abandoned = true;
+                stats.wall_s = started.elapsed().as_secs_f64();
+                return Ok(stats);
             }
             let updating = Instant::now();
             self.opt.step();
@@ -366,7 +364,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         stats.val_loss = total[1] / total[3].max(1.0);
         stats.val_accuracy = total[2] / total[3].max(1.0);
         stats.wall_s = started.elapsed().as_secs_f64();
-        Ok(Some(stats))
+        Ok(stats)
     }
 
     /// A hash of every variable's bits in name order: equal on every rank of the group when
