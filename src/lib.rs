@@ -8,6 +8,7 @@ pub mod arch;
 pub mod cluster;
 pub mod data;
 pub mod model;
+pub mod monitor;
 pub mod ops;
 pub mod platform;
 pub mod preset;

@@ -50,7 +50,7 @@ enum Command {
     },
     /// The benchmark under MPI: rank 0 the primary, the other ranks replica groups that
     /// search architectures and train them data-parallel; prints the score at the end.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Profile the interconnect: all-reduce and the training's gradient exchange over a sweep
     /// of sizes, over the whole world and within groups (algorithm and bus bandwidth).
     CommBench(CommBenchArgs),
@@ -139,6 +139,16 @@ struct RunArgs {
     /// Threads of each leader's search pool.
     #[arg(long, default_value_t = 1)]
     search_threads: usize,
+    /// Seconds between rank 0's status lines (elapsed, trials, OPS, best accuracy).
+    #[arg(long, default_value_t = 60.0)]
+    status_interval: f64,
+    /// Seconds a group may stay silent (no epoch, no request) before the run is stopped and
+    /// the group reported as stalled; longer than the slowest epoch.
+    #[arg(long, default_value_t = 7200.0)]
+    stall_timeout: f64,
+    /// Seconds between resource samples (CPU, host memory, accelerators) in the records.
+    #[arg(long, default_value_t = 30.0)]
+    monitor_interval: f64,
 }
 
 #[derive(clap::Args, Debug)]
@@ -303,6 +313,11 @@ fn resolve_preset(a: &RunArgs) -> anyhow::Result<Preset> {
         .map_err(|e| anyhow::anyhow!("{e} (after the command-line overrides)"))?;
     if !(a.speedup > 0.0 && a.sim_ops > 0.0) {
         bail!("--speedup and --sim-ops must be positive");
+    }
+    if !(a.status_interval > 0.0 && a.monitor_interval > 0.0 && a.stall_timeout > 0.0) {
+        bail!(
+            "--status-interval, --monitor-interval and --stall-timeout must be positive (seconds)"
+        );
     }
     Ok(p)
 }
@@ -521,6 +536,9 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
         devices,
         clock,
         deadline_s: t0[0] + preset.duration_s,
+        status_interval_s: a.status_interval,
+        stall_timeout_s: a.stall_timeout,
+        monitor_interval_s: a.monitor_interval,
         interrupted: std::sync::Arc::clone(&interrupted),
     };
     if rank == 0 {
@@ -818,7 +836,7 @@ fn main() -> ExitCode {
         Command::SearchSim(a) => search_sim(a),
         Command::Score(a) => aiperf_records::cli::run(&a),
         Command::DpCheck { steps, frozen_bn } => dp_check(steps, frozen_bn),
-        Command::Run(a) => run_benchmark(a),
+        Command::Run(a) => run_benchmark(*a),
         Command::CommBench(a) => comm_bench(a),
     };
     match result {

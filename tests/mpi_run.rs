@@ -211,3 +211,44 @@ fn sigterm_stops_the_run_cleanly_with_records_intact() {
     );
     check_records(&dir, 1);
 }
+
+#[test]
+fn a_stalled_group_is_named_and_the_run_ends_with_what_was_recorded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let started = std::time::Instant::now();
+    let out = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .env("AIPERF_FAULT_HANG_GROUP", "1")
+        .args(["4", "run", "--trainer", "simulated", "--group-size", "1"])
+        .args(["--duration", "300", "--stall-timeout", "4", "--results"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a stalled run must not exit 0");
+    assert!(
+        stderr.contains("group 1 (leader rank 2 on") && stderr.contains("made no progress"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("aiperf-score"), "{stderr}");
+    assert!(
+        started.elapsed().as_secs() < 200,
+        "stopped at the stall, not at the deadline"
+    );
+    // Once the aborted ranks are gone (their file locks with them), every group's completed
+    // epochs are readable and the primary's records are closed.
+    while !rank_pids(&dir).is_empty() {
+        assert!(
+            started.elapsed().as_secs() < 260,
+            "ranks linger after the abort"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let run = read_run(&dir).unwrap();
+    assert!(run.info.end_time_s.is_some());
+    assert_eq!(run.groups.len(), 3);
+    assert!(run.groups.iter().all(|g| !g.epochs.is_empty()));
+    assert!(score(&run, 1.0).unwrap().ops_per_s > 0.0);
+}

@@ -83,6 +83,10 @@ fn run(np: usize, data: &Path, results: &Path, extra: &[&str]) -> (String, Strin
             "1",
             "--score-interval",
             "2",
+            "--status-interval",
+            "3",
+            "--monitor-interval",
+            "1",
         ])
         .args(extra)
         .output()
@@ -109,6 +113,14 @@ fn check_records(dir: &Path, ranks: u64, train: u64, val: u64) -> usize {
     let mut epochs = 0;
     for g in &run.groups {
         assert!(!g.epochs.is_empty(), "group {} recorded no epoch", g.group);
+        // Resource samples every second (no NVML here: accelerator fields NaN or measured).
+        assert!(g.monitor.len() >= 10, "{} monitor samples", g.monitor.len());
+        assert!(g.monitor.windows(2).all(|w| w[0].time_s < w[1].time_s));
+        for m in &g.monitor {
+            assert!(m.cpu_util > 0.0 && m.cpu_util <= 1.0, "cpu {}", m.cpu_util);
+            assert!(m.host_mem_bytes > 0.0);
+            assert!(m.accel_util.is_nan() || (0.0..=1.0).contains(&m.accel_util));
+        }
         assert!(
             g.epochs.windows(2).all(|w| w[0].time_s < w[1].time_s),
             "group {}: times must increase",
@@ -176,6 +188,15 @@ fn real_training_under_mpirun_with_groups_of_two_and_three_ranks() {
         assert!(
             err.contains(&format!("bit-identical on all {ranks} ranks")),
             "{err}"
+        );
+        // Rank 0's status line for batch logs.
+        let status = err
+            .lines()
+            .find(|l| l.contains("status: 00:00:"))
+            .unwrap_or_else(|| panic!("no status line: {err}"));
+        assert!(
+            status.contains("trials finished") && status.contains("OPS"),
+            "{status}"
         );
         let epochs = check_records(&results, ranks, 384, 96);
         assert!(epochs >= 3, "np={np}: only {epochs} epochs in 25 s");

@@ -9,7 +9,7 @@ use crate::arch::{Descriptor, Graph};
 use crate::search::Hparams;
 
 /// Version of these messages; both ends must agree.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// Default largest message accepted (a history delta of many ResNet-50-sized graphs fits).
 pub const DEFAULT_LIMIT_BYTES: usize = 64 << 20;
 
@@ -53,6 +53,8 @@ pub enum ToPrimary {
         epoch: u32,
         /// Its validation accuracy.
         val_accuracy: f64,
+        /// Its operations (training + validation, DESIGN.md §4), for the status line.
+        ops: u64,
     },
     /// A finished trial; the primary answers with the history delta.
     Result {
@@ -212,6 +214,7 @@ mod tests {
                 model_id: 40,
                 epoch: 2,
                 val_accuracy: 0.61,
+                ops: 1 << 40,
             },
             ToPrimary::Result {
                 group: 3,

@@ -27,6 +27,7 @@ use super::layout::Layout;
 use super::protocol::{decode, encode, HistoryEntry, ToGroup, ToPrimary, DEFAULT_LIMIT_BYTES};
 use crate::arch::{Descriptor, Graph};
 use crate::data::Pack;
+use crate::monitor::Monitor;
 use crate::ops::OpCount;
 use crate::search::{BayesConfig, Hparams, Observed, Space, Tpe, TpeConfig};
 use crate::seeds::mix;
@@ -96,6 +97,12 @@ pub struct RunConfig {
     pub clock: Clock,
     /// The run's end on the common clock (t0 + duration).
     pub deadline_s: f64,
+    /// Seconds between rank 0's status lines.
+    pub status_interval_s: f64,
+    /// Seconds a group may stay silent before the run is stopped as stalled.
+    pub stall_timeout_s: f64,
+    /// Seconds between resource samples written to the records.
+    pub monitor_interval_s: f64,
     /// Set by SIGTERM/SIGINT.
     pub interrupted: Arc<AtomicBool>,
 }
@@ -170,16 +177,53 @@ pub fn primary<C: Communicator>(
     let mut end: Option<f64> = None;
     let mut byes = 0;
     let (served, mut busy, cpu0) = (Instant::now(), 0.0f64, process_cpu_s());
+    let mut line = Status {
+        next_s: t0 + cfg.status_interval_s,
+        ..Status::default()
+    };
+    // Fault handling: a group silent for longer than the stall timeout is reported by name
+    // and the run ends with what was recorded.
+    let groups = layout.leaders.len();
+    let (mut last_seen, mut gone) = (vec![t0; groups], vec![false; groups]);
+    let mut stalled: Vec<usize> = Vec::new();
     let mut requests = 0u64;
-    while byes < layout.leaders.len() {
-        let (bytes, status) = receive_any(world);
+    while byes + stalled.len() < groups {
+        let received = receive_any(world, Duration::from_secs(1));
+        let now = now_s();
+        if now >= line.next_s {
+            line.print(now - t0, p.next_id, p.history.len());
+            while line.next_s <= now {
+                line.next_s += cfg.status_interval_s;
+            }
+        }
+        for g in 0..groups {
+            if !gone[g] && !stalled.contains(&g) && now - last_seen[g] > cfg.stall_timeout_s {
+                let r = layout.leaders[g];
+                log::error!(
+                    "group {g} (leader rank {r} on {}) made no progress for {:.0} s (--stall-timeout {:.0}): stopping the run; its completed epochs are in group-{g}.h5",
+                    cfg.hosts.get(r).map_or("?", String::as_str),
+                    now - last_seen[g],
+                    cfg.stall_timeout_s
+                );
+                stalled.push(g);
+            }
+        }
+        let Some((bytes, status)) = received else {
+            continue;
+        };
         let handling = Instant::now();
         requests += 1;
         let src = status.source_rank();
         let msg: ToPrimary =
             decode(&bytes, DEFAULT_LIMIT_BYTES).map_err(|e| format!("from rank {src}: {e}"))?;
-        let now = now_s();
-        let stopping = now >= deadline || interrupted.load(Ordering::Relaxed);
+        if let Some(g) = layout.group_of.get(src as usize).copied().flatten() {
+            let g = g as usize;
+            last_seen[g] = now;
+            stalled.retain(|&s| s != g);
+            gone[g] |= matches!(msg, ToPrimary::Bye { .. });
+        }
+        let stopping =
+            now >= deadline || interrupted.load(Ordering::Relaxed) || !stalled.is_empty();
         if stopping && end.is_none() {
             end = Some(now.min(deadline));
         }
@@ -209,11 +253,18 @@ pub fn primary<C: Communicator>(
             } else {
                 ToGroup::Hparams(p.tpe.suggest())
             }),
-            ToPrimary::Progress { .. } => Some(if stopping {
-                ToGroup::Stop
-            } else {
-                ToGroup::Continue
-            }),
+            ToPrimary::Progress {
+                val_accuracy, ops, ..
+            } => {
+                line.epochs += 1;
+                line.ops += u128::from(ops);
+                line.best = line.best.max(val_accuracy);
+                Some(if stopping {
+                    ToGroup::Stop
+                } else {
+                    ToGroup::Continue
+                })
+            }
             ToPrimary::Result {
                 group,
                 model_id,
@@ -249,9 +300,47 @@ pub fn primary<C: Communicator>(
         100.0 * busy / wall.max(1e-9),
         process_cpu_s() - cpu0
     );
+    if !stalled.is_empty() && end.is_none() {
+        end = Some(now_s().min(deadline));
+    }
     p.writer
         .finish(end.unwrap_or_else(now_s).min(now_s()))
-        .map_err(err)
+        .map_err(err)?;
+    if stalled.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "stalled group(s) {stalled:?} made no progress for --stall-timeout {:.0} s; primary.h5 is closed, the other groups stopped cleanly, and every completed epoch is on record: re-score with `aiperf-score {}` once the job has ended",
+            cfg.stall_timeout_s,
+            cfg.results.display()
+        ))
+    }
+}
+
+/// Rank 0's running totals for the status line.
+#[derive(Default)]
+struct Status {
+    next_s: f64,
+    epochs: u64,
+    ops: u128,
+    best: f64,
+}
+
+impl Status {
+    /// One line for batch logs: elapsed, trials, epochs, current OPS, best accuracy.
+    fn print(&self, elapsed: f64, registered: u64, finished: usize) {
+        let e = elapsed.max(0.0) as u64;
+        log::info!(
+            "status: {:02}:{:02}:{:02} elapsed, {finished} trials finished ({} running), {} epochs, {:.4e} OPS, best accuracy {:.4}",
+            e / 3600,
+            e / 60 % 60,
+            e % 60,
+            registered.saturating_sub(finished as u64),
+            self.epochs,
+            self.ops as f64 / elapsed.max(1e-9),
+            self.best
+        );
+    }
 }
 
 /// CPU seconds this process has used (user + system, from /proc/self/stat; 0 where absent).
@@ -273,11 +362,19 @@ fn process_cpu_s() -> f64 {
 
 /// The next message from any rank, without spinning a core (the primary usually shares a
 /// node with training ranks): probes, sleeping between probes (up to 1 ms) while none waits.
-fn receive_any<C: Communicator>(world: &C) -> (Vec<u8>, mpi::point_to_point::Status) {
+/// `None` after `wait` without a message.
+fn receive_any<C: Communicator>(
+    world: &C,
+    wait: Duration,
+) -> Option<(Vec<u8>, mpi::point_to_point::Status)> {
+    let started = Instant::now();
     let mut pause = Duration::from_micros(20);
     loop {
         if let Some(probed) = world.any_process().immediate_matched_probe() {
-            return probed.matched_receive_vec::<u8>();
+            return Some(probed.matched_receive_vec::<u8>());
+        }
+        if started.elapsed() >= wait {
+            return None;
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(1));
@@ -513,6 +610,17 @@ struct LeaderSide<'a, C: Communicator> {
     world: &'a C,
     writer: &'a GroupWriter,
     group: u32,
+    monitor: &'a Monitor,
+}
+
+impl<C: Communicator> LeaderSide<'_, C> {
+    /// Writes the resource samples taken since the last call.
+    fn flush_monitor(&self) -> Result<(), String> {
+        for row in self.monitor.drain() {
+            self.writer.append_monitor(&row).map_err(err)?;
+        }
+        Ok(())
+    }
 }
 
 /// How a trial ended.
@@ -590,6 +698,14 @@ fn run_trial<C: Communicator, G: Communicator>(
                 data_wait_s: e.data_wait_s,
             };
             l.writer.append_epoch(&row).map_err(err)?;
+            l.flush_monitor()?;
+            // Fault injection for the tests: this group hangs after its first epoch.
+            if std::env::var("AIPERF_FAULT_HANG_GROUP").ok() == Some(l.group.to_string()) {
+                log::warn!("group {}: hanging (AIPERF_FAULT_HANG_GROUP)", l.group);
+                loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                }
+            }
             out.epochs = epoch;
             out.best = out.best.max(e.val_accuracy);
             out.curve.push(e.val_accuracy);
@@ -611,6 +727,7 @@ fn run_trial<C: Communicator, G: Communicator>(
                     model_id,
                     epoch,
                     val_accuracy: e.val_accuracy,
+                    ops: row.train_ops.saturating_add(row.val_ops),
                 },
             )?;
             verdict[0] = if !matches!(reply, ToGroup::Continue) {
@@ -643,6 +760,9 @@ pub fn leader<C: Communicator, G: Communicator>(
     group: u32,
     cfg: &RunConfig,
 ) -> Result<(), String> {
+    // The folder may be node-local (no shared filesystem needed): create it here too.
+    std::fs::create_dir_all(&cfg.results)
+        .map_err(|e| format!("creating {}: {e}", cfg.results.display()))?;
     let writer = GroupWriter::create(&cfg.results, group, group_comm.size() as u32).map_err(err)?;
     let first_kernel = cfg.space.kernel_sizes.first().copied().unwrap_or(3);
     let mut generator = Generator::start(
@@ -685,10 +805,15 @@ pub fn leader<C: Communicator, G: Communicator>(
         &mut history,
     );
     generator.update(history.clone(), first_kernel);
+    let clock = cfg.clock;
+    let monitor = Monitor::start(Duration::from_secs_f64(cfg.monitor_interval_s), move || {
+        clock.now()
+    });
     let side = LeaderSide {
         world,
         writer: &writer,
         group,
+        monitor: &monitor,
     };
     let mut round = 0u32;
     let (began, mut busy, mut in_trials) = (Instant::now(), 0.0f64, 0.0f64);
@@ -778,6 +903,8 @@ pub fn leader<C: Communicator, G: Communicator>(
         );
     }
     drop(generator);
+    side.flush_monitor()?;
+    drop(monitor);
     // Close the records before saying goodbye: rank 0 reads them once every group has.
     drop(writer);
     world

@@ -1,0 +1,36 @@
+//! The launch templates against a real single-node SLURM: `scripts/test-slurm` starts
+//! private munge and SLURM daemons, submits `mpi-launch/aiperf.sbatch` with a short
+//! simulated run through `srun --mpi=pmix` and through `mpirun` inside the job, checks the
+//! jobs' exit codes and records, checks that a failing run fails its job, and stops the
+//! daemons. It needs root (CI runs as root); elsewhere it says so and passes.
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn sbatch_template_runs_under_srun_and_mpirun_in_a_real_slurm() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let uid = Command::new("id").arg("-u").output().unwrap();
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        eprintln!("SKIP: the SLURM test starts daemons and needs root");
+        return;
+    }
+    let out = Command::new(root.join("scripts/test-slurm"))
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .output()
+        .unwrap();
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{log}");
+    for launcher in ["srun-aiperf", "mpirun-aiperf"] {
+        assert!(
+            log.contains(&format!("{launcher}: 3 ranks on 1 node(s)")),
+            "{launcher} did not start: {log}"
+        );
+    }
+    assert_eq!(log.matches("records ok").count(), 2, "{log}");
+    assert!(log.contains("bad preset: job failed"), "{log}");
+}
