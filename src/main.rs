@@ -75,6 +75,12 @@ struct RunArgs {
     /// Print the resolved configuration as a preset JSON file and exit.
     #[arg(long)]
     print_config: bool,
+    /// Continue a stopped or crashed run from its records folder: its configuration, start
+    /// time (the down time counts as wall time), history, search tree, TPE observations and
+    /// group rounds; new records are appended. Layout flags (--group-size, --threads) and
+    /// --data may differ from the first run's.
+    #[arg(long, value_name = "DIR")]
+    resume: Option<PathBuf>,
     /// Which trainer the replicas use.
     #[arg(long, value_enum, default_value = "real")]
     trainer: Trainer,
@@ -322,6 +328,45 @@ fn resolve_preset(a: &RunArgs) -> anyhow::Result<Preset> {
     Ok(p)
 }
 
+/// Takes a recorded run's settings (`config` attribute of its primary.h5) into `a` for
+/// `--resume`: trainer, seed, search threads, simulated-trainer settings, and the data
+/// folder and group size unless given on the command line; returns its preset.
+fn adopt_saved_config(a: &mut RunArgs, config: &str) -> anyhow::Result<Preset> {
+    let v: serde_json::Value = serde_json::from_str(config)?;
+    let preset: Preset = serde_json::from_value(v["preset"].clone())
+        .context("no complete \"preset\" in it (written by an older aiperf?)")?;
+    a.trainer = match v["trainer"].as_str() {
+        Some("real") => Trainer::Real,
+        Some("simulated") => Trainer::Simulated,
+        other => bail!("unknown trainer {other:?}"),
+    };
+    let num = |x: &serde_json::Value, what: &str| {
+        x.as_f64().ok_or_else(|| anyhow::anyhow!("missing {what}"))
+    };
+    a.seed = v["seed"].as_u64().context("missing seed")?;
+    a.search_threads = v["search_threads"]
+        .as_u64()
+        .context("missing search_threads")? as usize;
+    let sim = &v["sim"];
+    a.sim_ops = num(&sim["ops"], "sim.ops")?;
+    a.sim_train_images = num(&sim["train_images"], "sim.train_images")? as u64;
+    a.sim_val_images = num(&sim["val_images"], "sim.val_images")? as u64;
+    a.speedup = num(&sim["speedup"], "sim.speedup")?;
+    a.input = match sim["input"].as_str() {
+        Some(s) => Some(s.parse().map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    a.classes = sim["classes"].as_u64().map(|c| c as u32);
+    if a.data.is_none() {
+        a.data = v["data"].as_str().map(PathBuf::from);
+    }
+    if a.group_size.is_none() {
+        a.group_size = v["group_size"].as_u64().map(|g| g as usize);
+    }
+    preset.validate().map_err(anyhow::Error::msg)?;
+    Ok(preset)
+}
+
 /// Fixed-size, zero-padded bytes of a short string, for gathering over MPI.
 fn padded(s: &str) -> [u8; 64] {
     let mut out = [0u8; 64];
@@ -354,9 +399,16 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
     use aiperf::cluster::{clock, layout, run};
     use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
     use mpi::topology::Color;
-    let preset = resolve_preset(&a)?;
+    let mut a = a;
+    let mut preset = if a.resume.is_some() {
+        None
+    } else {
+        Some(resolve_preset(&a)?)
+    };
     if a.print_config {
-        println!("{}", serde_json::to_string_pretty(&preset)?);
+        let p = preset
+            .ok_or_else(|| anyhow::anyhow!("--print-config does not combine with --resume"))?;
+        println!("{}", serde_json::to_string_pretty(&p)?);
         return Ok(());
     }
     let Some(universe) = mpi::initialize() else {
@@ -364,6 +416,38 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
     };
     let world = universe.world();
     let rank = world.rank() as usize;
+    // Resume: rank 0 reads the stopped run's configuration and start, every rank adopts them.
+    let mut resumed_t0 = None;
+    let mut resumed_groups = None;
+    if let Some(dir) = a.resume.clone() {
+        type Saved = (String, f64, u32, u32);
+        let mine: Option<Result<Saved, String>> = (rank == 0).then(|| {
+            aiperf_records::read_config(&dir)
+                .and_then(|c| {
+                    let i = aiperf_records::read_run(&dir)?.info;
+                    Ok((c, i.start_time_s, i.world_size, i.groups))
+                })
+                .map_err(|e| format!("--resume {}: {e}", dir.display()))
+        });
+        let saved: Result<Saved, String> =
+            aiperf::cluster::run::broadcast_value(&world, mine.as_ref())
+                .map_err(anyhow::Error::msg)?;
+        let (config, t0, world_size, groups) = saved.map_err(anyhow::Error::msg)?;
+        if world_size != world.size() as u32 {
+            bail!(
+                "--resume {}: the run had {world_size} ranks; resume it with the same number (here {})",
+                dir.display(),
+                world.size()
+            );
+        }
+        resumed_groups = Some(groups);
+        let p = adopt_saved_config(&mut a, &config)
+            .with_context(|| format!("--resume {}: its recorded configuration", dir.display()))?;
+        preset = Some(p);
+        resumed_t0 = Some(t0);
+        a.results = Some(dir);
+    }
+    let preset = preset.expect("resolved above");
     // Node of every rank: the lowest world rank sharing its memory.
     let node = world.split_shared(0);
     let mut lowest = 0i32;
@@ -372,6 +456,14 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
     world.all_gather_into(&lowest, &mut nodes[..]);
     let nodes: Vec<u64> = nodes.iter().map(|&n| n as u64).collect();
     let layout = layout::layout(&nodes, a.group_size).map_err(anyhow::Error::msg)?;
+    if let Some(g) = resumed_groups {
+        if layout.groups() != g {
+            bail!(
+                "--resume: the run had {g} groups, this layout makes {}: use the first run's --group-size (recorded in its config)",
+                layout.groups()
+            );
+        }
+    }
     // This rank's place among the node's training ranks: its GPU, or its share of the cores.
     let trainers_on_node: Vec<usize> = (0..nodes.len())
         .filter(|&r| nodes[r] == nodes[rank] && layout.group_of[r].is_some())
@@ -406,7 +498,7 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
     world.all_gather_into(&padded(&device_name)[..], &mut devices[..]);
     let hosts: Vec<String> = hosts.chunks_exact(64).map(unpadded).collect();
     let devices: Vec<String> = devices.chunks_exact(64).map(unpadded).collect();
-    let mut t0 = [clock.now()];
+    let mut t0 = [resumed_t0.unwrap_or_else(|| clock.now())];
     world.process_at_rank(0).broadcast_into(&mut t0[..]);
     // The data (training ranks of the real trainer) and the start architecture.
     let data_dir = a.data.clone().unwrap_or_else(|| {
@@ -513,7 +605,7 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
             "data": data_dir, "group_size": a.group_size, "threads_per_rank": threads,
             "sim": { "ops": a.sim_ops, "train_images": a.sim_train_images,
                      "val_images": a.sim_val_images, "speedup": a.speedup,
-                     "input": a.input.map(|s| s.to_string()), "classes": a.classes },
+                     "input": a.input.map(|s| format!("{}x{}x{}", s.h, s.w, s.c)), "classes": a.classes },
             "seed": a.seed, "search_threads": a.search_threads,
             "clock_offsets_s": offsets.iter().map(|o| o.0).collect::<Vec<_>>(),
             "clock_uncertainty_s": offsets.iter().map(|o| o.1).collect::<Vec<_>>(),
@@ -540,6 +632,7 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
         stall_timeout_s: a.stall_timeout,
         monitor_interval_s: a.monitor_interval,
         interrupted: std::sync::Arc::clone(&interrupted),
+        resume: a.resume.is_some(),
     };
     if rank == 0 {
         log::info!(

@@ -9,26 +9,26 @@ use std::process::Command;
 
 use aiperf::arch::Graph;
 use aiperf::ops::OpCount;
-use aiperf_records::{read_architectures, read_run, score};
+use aiperf_records::score;
 
 mod common;
-use common::rank_pids;
+use common::{output, rank_pids, read_architectures, read_run, spawn, wait_released};
 
 fn run(np: usize, extra: &[&str], dir: &Path) -> String {
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let out = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-        .args([
-            np.to_string().as_str(),
-            "run",
-            "--trainer",
-            "simulated",
-            "--results",
-        ])
-        .arg(dir)
-        .args(extra)
-        .output()
-        .unwrap();
+    let out = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args([
+                np.to_string().as_str(),
+                "run",
+                "--trainer",
+                "simulated",
+                "--results",
+            ])
+            .arg(dir)
+            .args(extra),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -54,7 +54,15 @@ fn check_records(dir: &Path, ranks_per_group: u64) -> (usize, usize) {
         .collect();
     let mut epochs = 0;
     for g in &run.groups {
-        assert!(!g.epochs.is_empty(), "group {} recorded no epoch", g.group);
+        assert!(
+            !g.epochs.is_empty(),
+            "group {} recorded no epoch; epochs per group {:?}; its trials {:?}; end {:?}, start {}",
+            g.group,
+            run.groups.iter().map(|g| g.epochs.len()).collect::<Vec<_>>(),
+            run.trials.iter().filter(|t| t.group == g.group).collect::<Vec<_>>(),
+            run.info.end_time_s,
+            run.info.start_time_s
+        );
         assert!(
             g.epochs.windows(2).all(|w| w[0].time_s <= w[1].time_s),
             "group {}: times go back",
@@ -129,7 +137,7 @@ fn thirty_two_ranks_simulated() {
     let tmp = tempfile::tempdir().unwrap();
     run(
         32,
-        &["--duration", "8", "--group-size", "1"],
+        &["--duration", "30", "--group-size", "1"],
         &tmp.path().join("r"),
     );
     let (groups, _) = check_records(&tmp.path().join("r"), 1);
@@ -140,20 +148,20 @@ fn thirty_two_ranks_simulated() {
 fn a_bad_layout_is_refused_by_name() {
     let tmp = tempfile::tempdir().unwrap();
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let out = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-        .args([
-            "4",
-            "run",
-            "--trainer",
-            "simulated",
-            "--group-size",
-            "2",
-            "--results",
-        ])
-        .arg(tmp.path().join("r"))
-        .output()
-        .unwrap();
+    let out = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args([
+                "4",
+                "run",
+                "--trainer",
+                "simulated",
+                "--group-size",
+                "2",
+                "--results",
+            ])
+            .arg(tmp.path().join("r")),
+    );
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a multiple of --group-size 2"));
 }
@@ -163,24 +171,22 @@ fn sigterm_stops_the_run_cleanly_with_records_intact() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let child = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-        .args([
-            "3",
-            "run",
-            "--trainer",
-            "simulated",
-            "--duration",
-            "300",
-            "--group-size",
-            "1",
-            "--results",
-        ])
-        .arg(&dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args([
+                "3",
+                "run",
+                "--trainer",
+                "simulated",
+                "--duration",
+                "300",
+                "--group-size",
+                "1",
+                "--results",
+            ])
+            .arg(&dir),
+    );
     // Wait for the run to be under way: some epochs on record.
     let started = std::time::Instant::now();
     while !(dir.join("group-1.h5").exists() && started.elapsed().as_secs_f64() > 3.0) {
@@ -190,11 +196,9 @@ fn sigterm_stops_the_run_cleanly_with_records_intact() {
     // SIGTERM to every rank, as SLURM does at a time limit.
     let pids = rank_pids(&dir);
     assert_eq!(pids.len(), 3, "{pids:?}");
-    Command::new("kill")
-        .arg("-TERM")
-        .args(&pids)
-        .status()
-        .unwrap();
+    assert!(output(Command::new("kill").arg("-TERM").args(&pids))
+        .status
+        .success());
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -218,14 +222,14 @@ fn a_stalled_group_is_named_and_the_run_ends_with_what_was_recorded() {
     let dir = tmp.path().join("r");
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let started = std::time::Instant::now();
-    let out = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-        .env("AIPERF_FAULT_HANG_GROUP", "1")
-        .args(["4", "run", "--trainer", "simulated", "--group-size", "1"])
-        .args(["--duration", "300", "--stall-timeout", "4", "--results"])
-        .arg(&dir)
-        .output()
-        .unwrap();
+    let out = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .env("AIPERF_FAULT_HANG_GROUP", "1")
+            .args(["4", "run", "--trainer", "simulated", "--group-size", "1"])
+            .args(["--duration", "300", "--stall-timeout", "4", "--results"])
+            .arg(&dir),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a stalled run must not exit 0");
     assert!(
@@ -239,16 +243,109 @@ fn a_stalled_group_is_named_and_the_run_ends_with_what_was_recorded() {
     );
     // Once the aborted ranks are gone (their file locks with them), every group's completed
     // epochs are readable and the primary's records are closed.
-    while !rank_pids(&dir).is_empty() {
-        assert!(
-            started.elapsed().as_secs() < 260,
-            "ranks linger after the abort"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_released(&dir, std::time::Duration::from_secs(60));
     let run = read_run(&dir).unwrap();
     assert!(run.info.end_time_s.is_some());
     assert_eq!(run.groups.len(), 3);
     assert!(run.groups.iter().all(|g| !g.epochs.is_empty()));
     assert!(score(&run, 1.0).unwrap().ops_per_s > 0.0);
+}
+
+#[test]
+fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let mut child = spawn(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args(["3", "run", "--trainer", "simulated", "--group-size", "1"])
+            .args(["--duration", "30", "--results"])
+            .arg(&dir),
+    );
+    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let reader = {
+        let log = std::sync::Arc::clone(&log);
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                log.lock().unwrap().push_str(&(line + "\n"));
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    while log.lock().unwrap().matches(" epoch ").count() < 6 {
+        assert!(started.elapsed().as_secs() < 60, "no epochs");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // SIGKILL one rank: mpirun takes the others down; nothing closes cleanly.
+    let pids = rank_pids(&dir);
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    assert!(output(Command::new("kill").args(["-KILL", &pids[1]]))
+        .status
+        .success());
+    assert!(!child.wait().unwrap().success());
+    reader.join().unwrap();
+    wait_released(&dir, std::time::Duration::from_secs(60));
+    let before = read_run(&dir).unwrap();
+    assert!(
+        before.info.end_time_s.is_none(),
+        "a crash leaves no end time"
+    );
+    let rows: usize = before.groups.iter().map(|g| g.epochs.len()).sum();
+    assert!(rows > 0);
+    // Resume with the same launcher: same layout, the rest from the records.
+    let out = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args(["3", "run", "--resume"])
+            .arg(&dir),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stderr.contains("resuming"), "{stderr}");
+    assert!(
+        stdout.contains("resumed                  1 time(s)"),
+        "{stdout}"
+    );
+    let after = read_run(&dir).unwrap();
+    assert!(after.warnings.is_empty(), "{:?}", after.warnings);
+    assert_eq!(after.info.start_time_s, before.info.start_time_s);
+    assert_eq!(after.info.resumes.len(), 1);
+    for (b, a) in before.groups.iter().zip(&after.groups) {
+        assert_eq!(
+            a.epochs[..b.epochs.len()],
+            b.epochs[..],
+            "rows before the kill kept"
+        );
+        assert!(a.epochs.len() > b.epochs.len(), "group {} went on", a.group);
+    }
+    assert_eq!(after.trials[..before.trials.len()], before.trials[..]);
+    // Rounds go on: the resumed groups' next trials carry later round numbers.
+    for g in 0..2u32 {
+        let rounds: Vec<u32> = after
+            .trials
+            .iter()
+            .filter(|t| t.group == g)
+            .map(|t| t.round)
+            .collect();
+        assert!(rounds.windows(2).all(|w| w[1] == w[0] + 1), "{rounds:?}");
+    }
+    // Every row is counted, over the whole wall time including the down time.
+    let s = score(&after, 5.0).unwrap();
+    let total: u128 = after
+        .groups
+        .iter()
+        .flat_map(|g| &g.epochs)
+        .map(|e| u128::from(e.train_ops) + u128::from(e.val_ops))
+        .sum();
+    let duration = after.info.end_time_s.unwrap() - after.info.start_time_s;
+    assert!((s.ops_per_s - total as f64 / duration).abs() <= 1e-9 * s.ops_per_s);
+    assert!(s.down_time_s > 0.0);
+    check_records(&dir, 1);
 }

@@ -12,10 +12,10 @@ use std::process::Command;
 use aiperf::arch::Graph;
 use aiperf::ops::OpCount;
 use aiperf_data_prep::{PackWriter, Source};
-use aiperf_records::{read_architectures, read_run, score};
+use aiperf_records::score;
 
 mod common;
-use common::rank_pids;
+use common::{output, rank_pids, read_architectures, read_run, spawn, wait_released};
 
 const SIDE: u32 = 8;
 const CLASSES: u32 = 4;
@@ -67,30 +67,30 @@ fn write_split(dir: &Path, split: &str, n: usize, seed: u64) {
 
 fn run(np: usize, data: &Path, results: &Path, extra: &[&str]) -> (String, String) {
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let out = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-        .arg(np.to_string())
-        .args(["run", "--trainer", "real", "--data"])
-        .arg(data)
-        .arg("--results")
-        .arg(results)
-        .args([
-            "--epochs",
-            "4",
-            "--batch-size",
-            "8:24",
-            "--threads",
-            "1",
-            "--score-interval",
-            "2",
-            "--status-interval",
-            "3",
-            "--monitor-interval",
-            "1",
-        ])
-        .args(extra)
-        .output()
-        .unwrap();
+    let out = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .arg(np.to_string())
+            .args(["run", "--trainer", "real", "--data"])
+            .arg(data)
+            .arg("--results")
+            .arg(results)
+            .args([
+                "--epochs",
+                "4",
+                "--batch-size",
+                "8:24",
+                "--threads",
+                "1",
+                "--score-interval",
+                "2",
+                "--status-interval",
+                "3",
+                "--monitor-interval",
+                "1",
+            ])
+            .args(extra),
+    );
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "np={np}: {stdout}{stderr}");
@@ -153,7 +153,7 @@ fn check_records(dir: &Path, ranks: u64, train: u64, val: u64) -> usize {
             assert!(e.compute_s > 0.0 && e.data_wait_s >= 0.0 && e.allreduce_s >= 0.0);
             // Every step sends the whole gradient bucket: 4 bytes per trainable parameter.
             assert!(
-                e.allreduce_bytes >= steps * 4 * count.params as u64,
+                e.allreduce_bytes >= steps * 4 * count.params,
                 "{} bytes for {steps} steps of {} parameters",
                 e.allreduce_bytes,
                 count.params
@@ -207,14 +207,14 @@ fn real_training_under_mpirun_with_groups_of_two_and_three_ranks() {
 fn missing_data_is_a_clear_error_on_every_rank() {
     let tmp = tempfile::tempdir().unwrap();
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let out = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-        .args(["3", "run", "--data"])
-        .arg(tmp.path().join("nothing-here"))
-        .arg("--results")
-        .arg(tmp.path().join("r"))
-        .output()
-        .unwrap();
+    let out = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args(["3", "run", "--data"])
+            .arg(tmp.path().join("nothing-here"))
+            .arg("--results")
+            .arg(tmp.path().join("r")),
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -233,24 +233,22 @@ fn sigterm_abandons_the_epoch_in_progress_and_closes_the_records() {
     write_split(&data, "val", 96, 4);
     let dir = tmp.path().join("r");
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let child = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-        .args(["3", "run", "--trainer", "real", "--data"])
-        .arg(&data)
-        .args([
-            "--duration",
-            "300",
-            "--batch-size",
-            "8",
-            "--threads",
-            "1",
-            "--results",
-        ])
-        .arg(&dir)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args(["3", "run", "--trainer", "real", "--data"])
+            .arg(&data)
+            .args([
+                "--duration",
+                "300",
+                "--batch-size",
+                "8",
+                "--threads",
+                "1",
+                "--results",
+            ])
+            .arg(&dir),
+    );
     let mut child = child;
     // The ranks' log, line by line (the records are open for writing, hence locked).
     let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
@@ -277,11 +275,9 @@ fn sigterm_abandons_the_epoch_in_progress_and_closes_the_records() {
     std::thread::sleep(std::time::Duration::from_millis(700));
     let pids = rank_pids(&dir);
     assert_eq!(pids.len(), 3, "{pids:?}");
-    Command::new("kill")
-        .arg("-TERM")
-        .args(&pids)
-        .status()
-        .unwrap();
+    assert!(output(Command::new("kill").arg("-TERM").args(&pids))
+        .status
+        .success());
     let signalled = std::time::Instant::now();
     let out = child.wait_with_output().unwrap();
     reader.join().unwrap();
@@ -291,6 +287,7 @@ fn sigterm_abandons_the_epoch_in_progress_and_closes_the_records() {
         signalled.elapsed().as_secs() < 60,
         "the group should stop inside the epoch, not finish the run"
     );
+    wait_released(&dir, std::time::Duration::from_secs(60));
     let run = read_run(&dir).unwrap();
     assert!(run.warnings.is_empty(), "{:?}", run.warnings);
     let end = run

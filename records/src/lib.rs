@@ -14,5 +14,5 @@ pub mod score;
 pub mod writer;
 
 pub use error::RecordError;
-pub use reader::{read_architectures, read_run, Run};
+pub use reader::{read_architectures, read_config, read_run, read_tpe, Run};
 pub use score::{score, Score};

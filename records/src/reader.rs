@@ -8,7 +8,7 @@ use hdf5::{File, H5Type};
 
 use crate::error::RecordError;
 use crate::schema::{
-    attr, group_file, EpochRow, MonitorRow, TrialRow, PRIMARY_FILE, SCHEMA_VERSION,
+    attr, group_file, EpochRow, MonitorRow, TpeRow, TrialRow, PRIMARY_FILE, SCHEMA_VERSION,
 };
 
 /// The run attributes the scorer needs.
@@ -36,6 +36,8 @@ pub struct RunInfo {
     pub precision: String,
     /// Fixed algorithms.
     pub fixed_algorithms: bool,
+    /// `[stopped_s, resumed_s]` of every resumption (empty for a run never resumed).
+    pub resumes: Vec<(f64, f64)>,
 }
 
 /// One group's records.
@@ -77,11 +79,30 @@ fn read_text(f: &File, path: &Path, name: &str) -> Result<String, RecordError> {
     read_attr::<VarLenUnicode>(f, path, name).map(|s| s.as_str().to_string())
 }
 
+/// Opens a record file read-only. A writer that just died may still hold its lock for a
+/// moment (the kernel releases a dead process's file locks after its descriptors), so a
+/// lock conflict is retried for up to 3 s before it is reported.
 fn open(path: &Path) -> Result<File, RecordError> {
-    let f = File::open(path).map_err(|e| RecordError::Hdf5 {
-        path: path.into(),
-        message: format!("cannot open as HDF5 ({e}); is it a complete aiperf record file?"),
-    })?;
+    let started = std::time::Instant::now();
+    let f = loop {
+        match File::open(path) {
+            Ok(f) => break f,
+            Err(e)
+                if e.to_string().contains("unable to lock file")
+                    && started.elapsed() < std::time::Duration::from_secs(3) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(e) => {
+                return Err(RecordError::Hdf5 {
+                    path: path.into(),
+                    message: format!(
+                        "cannot open as HDF5 ({e}); is it a complete aiperf record file? (a run still writing it holds a lock)"
+                    ),
+                })
+            }
+        }
+    };
     let version: u32 = read_attr(&f, path, attr::SCHEMA_VERSION)?;
     if version != SCHEMA_VERSION {
         return Err(RecordError::Schema {
@@ -154,6 +175,15 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
         start_architecture: read_text(&f, &path, attr::START_ARCH)?,
         precision: read_text(&f, &path, attr::PRECISION)?,
         fixed_algorithms: read_attr::<u8>(&f, &path, attr::FIXED_ALGORITHMS)? != 0,
+        resumes: match f.attr(attr::RESUMES) {
+            Ok(_) => serde_json::from_str(&read_text(&f, &path, attr::RESUMES)?).map_err(|e| {
+                RecordError::Hdf5 {
+                    path: path.clone(),
+                    message: format!("attribute \"resumes\": {e}"),
+                }
+            })?,
+            Err(_) => Vec::new(),
+        },
     };
     if !info.start_time_s.is_finite() || info.start_time_s <= 0.0 {
         return Err(RecordError::Hdf5 {
@@ -202,6 +232,23 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
         groups,
         warnings,
     })
+}
+
+/// The TPE observations recorded in `dir/primary.h5`, in the order the primary learned them.
+pub fn read_tpe(dir: &Path) -> Result<Vec<TpeRow>, RecordError> {
+    let path = dir.join(PRIMARY_FILE);
+    let f = open(&path)?;
+    rows::<TpeRow>(&f, &path, "tpe")
+}
+
+/// The resolved configuration (JSON) recorded in `dir/primary.h5`.
+pub fn read_config(dir: &Path) -> Result<String, RecordError> {
+    let path = dir.join(PRIMARY_FILE);
+    if !path.is_file() {
+        return Err(RecordError::NotARun(dir.into()));
+    }
+    let f = open(&path)?;
+    read_text(&f, &path, attr::CONFIG)
 }
 
 /// The architectures recorded in `dir/primary.h5`: (model id, IR JSON) in registration order.

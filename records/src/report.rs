@@ -41,6 +41,13 @@ pub fn text(s: &Score) -> String {
         s.duration_s,
         s.duration_s / 3600.0
     );
+    if s.resumes > 0 {
+        let _ = writeln!(
+            t,
+            "  resumed                  {} time(s): {:.1} s of down time counted as wall time",
+            s.resumes, s.down_time_s
+        );
+    }
     let _ = writeln!(
         t,
         "  best accuracy            {:.4} (error {:.2}%)",

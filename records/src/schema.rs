@@ -143,6 +143,10 @@ pub mod attr {
     pub const PRECISION: &str = "precision";
     /// u8: 1 when the search and HPO algorithms are the fixed ones of the rules.
     pub const FIXED_ALGORITHMS: &str = "fixed_algorithms";
+    /// string, optional: JSON list of `[stopped_s, resumed_s]` pairs, one per
+    /// `aiperf run --resume` — the last record before the stop and the moment the run went
+    /// on. The down time between them counts as wall time.
+    pub const RESUMES: &str = "resumes";
 }
 
 /// One TPE observation (`primary.h5`, dataset `tpe`), in the order the primary learned them.

@@ -65,6 +65,10 @@ pub struct Score {
     pub interval_s: f64,
     /// Seconds from t0 to the end.
     pub duration_s: f64,
+    /// Times the run was resumed (`aiperf run --resume`).
+    pub resumes: usize,
+    /// Seconds between stops and resumptions: counted in the duration, as wall time.
+    pub down_time_s: f64,
     /// The timeline, ending with the run's end.
     pub timeline: Vec<Point>,
     /// Sustained OPS at the end: the score.
@@ -184,6 +188,13 @@ pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
         run: run.dir.display().to_string(),
         interval_s,
         duration_s,
+        resumes: run.info.resumes.len(),
+        down_time_s: run
+            .info
+            .resumes
+            .iter()
+            .map(|(stopped, resumed)| (resumed - stopped).max(0.0))
+            .sum(),
         ops_per_s: end.ops_per_s,
         regulated: end.regulated,
         accelerators: run.info.accelerators,

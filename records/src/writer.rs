@@ -164,6 +164,52 @@ impl PrimaryWriter {
         })
     }
 
+    /// Reopens `dir/primary.h5` of a stopped or crashed run to go on appending
+    /// (`aiperf run --resume`): clears its end time and records the resumption
+    /// (`stopped_s`: its last record; `resumed_s`: now) in the `resumes` attribute.
+    pub fn reopen(dir: &Path, stopped_s: f64, resumed_s: f64) -> Result<Self, RecordError> {
+        let path = dir.join(PRIMARY_FILE);
+        let file = File::open_rw(&path).map_err(h5(&path))?;
+        let mut resumes: Vec<(f64, f64)> = match file.attr(attr::RESUMES) {
+            Ok(a) => {
+                let t: VarLenUnicode = a.read_scalar().map_err(h5(&path))?;
+                serde_json::from_str(t.as_str()).map_err(|e| RecordError::Hdf5 {
+                    path: path.clone(),
+                    message: format!("attribute \"resumes\": {e}"),
+                })?
+            }
+            Err(_) => Vec::new(),
+        };
+        resumes.push((stopped_s, resumed_s));
+        for name in [attr::END_TIME, attr::RESUMES] {
+            if file.attr(name).is_ok() {
+                file.delete_attr(name).map_err(h5(&path))?;
+            }
+        }
+        write_text_attr(
+            &file,
+            &path,
+            attr::RESUMES,
+            &serde_json::to_string(&resumes).expect("numbers"),
+        )?;
+        let ds = |name: &str| file.dataset(name).map_err(h5(&path));
+        let (trials, arch_ids, arch_json, tpe) = (
+            ds("trials")?,
+            ds("architecture_ids")?,
+            ds("architectures")?,
+            ds("tpe")?,
+        );
+        file.flush().map_err(h5(&path))?;
+        Ok(PrimaryWriter {
+            path,
+            file,
+            trials,
+            arch_ids,
+            arch_json,
+            tpe,
+        })
+    }
+
     /// Records a finished (or stopped) trial.
     pub fn append_trial(&self, row: &TrialRow) -> Result<(), RecordError> {
         append(&self.file, &self.path, &self.trials, row)
@@ -206,6 +252,23 @@ impl GroupWriter {
         let epochs = table::<EpochRow>(&file, &path, "epochs")?;
         let monitor = table::<MonitorRow>(&file, &path, "monitor")?;
         file.flush().map_err(h5(&path))?;
+        Ok(GroupWriter {
+            path,
+            file,
+            epochs,
+            monitor,
+        })
+    }
+
+    /// Opens `dir/group-<g>.h5` to go on appending (a resumed run), or creates it.
+    pub fn open_or_create(dir: &Path, group: u32, accelerators: u32) -> Result<Self, RecordError> {
+        let path = dir.join(group_file(group));
+        if !path.is_file() {
+            return GroupWriter::create(dir, group, accelerators);
+        }
+        let file = File::open_rw(&path).map_err(h5(&path))?;
+        let epochs = file.dataset("epochs").map_err(h5(&path))?;
+        let monitor = file.dataset("monitor").map_err(h5(&path))?;
         Ok(GroupWriter {
             path,
             file,

@@ -506,3 +506,62 @@ const SNAPSHOT: &str = "aiperf score: RUN
        720.0     30.00          9.931          11.956 
       1000.0     20.00         11.550          18.589 
 ";
+
+#[test]
+fn a_resumed_run_keeps_its_rows_counts_the_down_time_and_says_so() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    // A crashed run: no end time.
+    write_run(tmp.path(), None);
+    let before = read_run(tmp.path()).unwrap();
+    assert!(before.info.end_time_s.is_none() && before.info.resumes.is_empty());
+    // Resumed 200 s after its last record at T0 + 1100.
+    {
+        let p = PrimaryWriter::reopen(tmp.path(), T0 + 1100.0, T0 + 1300.0).unwrap();
+        let g1 = GroupWriter::open_or_create(tmp.path(), 1, 2).unwrap();
+        g1.append_epoch(&epoch(1500.0, 7000, 700, 0.82)).unwrap();
+        p.append_tpe(&TpeRow {
+            time_s: T0 + 1500.0,
+            batch_size: 64,
+            kernel_size: 5,
+            loss: 0.3,
+        })
+        .unwrap();
+        p.finish(T0 + 1600.0).unwrap();
+    }
+    let after = read_run(tmp.path()).unwrap();
+    assert_eq!(after.info.resumes, vec![(T0 + 1100.0, T0 + 1300.0)]);
+    assert_eq!(after.info.end_time_s, Some(T0 + 1600.0));
+    for (b, a) in before.groups.iter().zip(&after.groups) {
+        assert_eq!(a.epochs[..b.epochs.len()], b.epochs[..], "rows kept");
+    }
+    assert_eq!(
+        after.groups[1].epochs.len(),
+        before.groups[1].epochs.len() + 1
+    );
+    assert_eq!(aiperf_records::read_tpe(tmp.path()).unwrap().len(), 2);
+    let s = score(&after, 360.0).unwrap();
+    // The down time is wall time: OPS over the whole 1600 s.
+    assert_eq!(s.duration_s, 1600.0);
+    assert_eq!((s.resumes, s.down_time_s), (1, 200.0));
+    let total: u128 = after
+        .groups
+        .iter()
+        .flat_map(|g| &g.epochs)
+        .map(|e| u128::from(e.train_ops) + u128::from(e.val_ops))
+        .sum();
+    assert!((s.ops_per_s - total as f64 / 1600.0).abs() < 1e-9);
+    let text = aiperf_records::report::text(&s);
+    assert!(
+        text.contains(
+            "resumed                  1 time(s): 200.0 s of down time counted as wall time"
+        ),
+        "{text}"
+    );
+    // A second resumption appends to the list.
+    PrimaryWriter::reopen(tmp.path(), T0 + 1600.0, T0 + 1700.0)
+        .unwrap()
+        .finish(T0 + 1800.0)
+        .unwrap();
+    assert_eq!(read_run(tmp.path()).unwrap().info.resumes.len(), 2);
+}

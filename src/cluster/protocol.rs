@@ -105,6 +105,14 @@ pub enum ToGroup {
     Hparams(Hparams),
     /// Models trained since this group's last sync.
     History(Vec<HistoryEntry>),
+    /// The answer to Hello: the whole history, and the group's round (its finished trials;
+    /// non-zero when the run was resumed).
+    Welcome {
+        /// Every trained model so far.
+        history: Vec<HistoryEntry>,
+        /// Trials this group has finished.
+        round: u32,
+    },
     /// Go on (the answer to a progress report before the deadline).
     Continue,
     /// Stop: the deadline passed (or the run was interrupted).
@@ -250,6 +258,10 @@ mod tests {
                 graph: g,
                 accuracy: 0.5,
             }]),
+            ToGroup::Welcome {
+                history: vec![],
+                round: 7,
+            },
             ToGroup::Continue,
             ToGroup::Stop,
         ];
@@ -289,7 +301,10 @@ mod tests {
         );
         assert!(e.to_string().contains("same aiperf build"));
         assert!(matches!(
-            decode::<ToGroup>(&[1, 0xff, 0xff, 0xff], DEFAULT_LIMIT_BYTES),
+            decode::<ToGroup>(
+                &[PROTOCOL_VERSION as u8, 0xff, 0xff, 0xff],
+                DEFAULT_LIMIT_BYTES
+            ),
             Err(ProtocolError::Decode(_))
         ));
         let mut long = encode(&ToGroup::Stop);

@@ -105,6 +105,8 @@ pub struct RunConfig {
     pub monitor_interval_s: f64,
     /// Set by SIGTERM/SIGINT.
     pub interrupted: Arc<AtomicBool>,
+    /// Go on with the records already in `results` (`--resume`).
+    pub resume: bool,
 }
 
 impl RunConfig {
@@ -156,8 +158,17 @@ pub fn primary<C: Communicator>(
         precision: cfg.precision.clone(),
         fixed_algorithms: true,
     };
+    let mut resumed: Option<Resumed> = None;
     let mut p = Primary {
-        writer: PrimaryWriter::create(&cfg.results, &meta).map_err(err)?,
+        writer: if cfg.resume {
+            // Read the stopped run first (read-only), then reopen its file for appending.
+            let (state, stopped) = resume_state(cfg, layout.leaders.len())?;
+            let writer = PrimaryWriter::reopen(&cfg.results, stopped, now_s()).map_err(err)?;
+            resumed = Some(state);
+            writer
+        } else {
+            PrimaryWriter::create(&cfg.results, &meta).map_err(err)?
+        },
         tpe: Tpe::new(
             TpeConfig {
                 seed: cfg.seed,
@@ -173,6 +184,23 @@ pub fn primary<C: Communicator>(
         next_id: 0,
         start_of: Default::default(),
     };
+    if let Some(r) = resumed {
+        log::info!(
+            "resuming {}: {} models trained, {} registered, {} TPE observations, rounds {:?}",
+            cfg.results.display(),
+            r.history.len(),
+            r.seen.len(),
+            r.tpe.len(),
+            r.rounds
+        );
+        p.history = r.history;
+        p.seen = r.seen;
+        p.next_id = r.next_id;
+        p.rounds = r.rounds;
+        for (h, loss) in r.tpe {
+            p.tpe.observe(h, loss);
+        }
+    }
     let deadline = t0 + cfg.duration.as_secs_f64();
     let mut end: Option<f64> = None;
     let mut byes = 0;
@@ -228,7 +256,13 @@ pub fn primary<C: Communicator>(
             end = Some(now.min(deadline));
         }
         let reply = match msg {
-            ToPrimary::Hello { group, .. } => Some(p.delta(group)),
+            ToPrimary::Hello { group, .. } => Some(match p.delta(group) {
+                ToGroup::History(history) => ToGroup::Welcome {
+                    history,
+                    round: p.rounds[group as usize],
+                },
+                other => other,
+            }),
             ToPrimary::Register {
                 father,
                 graph,
@@ -315,6 +349,87 @@ pub fn primary<C: Communicator>(
             cfg.results.display()
         ))
     }
+}
+
+/// What the primary recovers from a stopped run's records.
+struct Resumed {
+    history: Vec<HistoryEntry>,
+    seen: HashSet<Descriptor>,
+    next_id: u64,
+    rounds: Vec<u32>,
+    tpe: Vec<(Hparams, f64)>,
+}
+
+/// Reads a stopped or crashed run's records: the trained models (history and search tree),
+/// every registered architecture (de-duplication), each group's round, and the TPE
+/// observations; also the time of its last record (when it stopped).
+fn resume_state(cfg: &RunConfig, groups: usize) -> Result<(Resumed, f64), String> {
+    let dir = &cfg.results;
+    let run = aiperf_records::read_run(dir).map_err(err)?;
+    let archs = aiperf_records::read_architectures(dir).map_err(err)?;
+    let tpe = aiperf_records::read_tpe(dir).map_err(err)?;
+    let mut graphs = std::collections::HashMap::new();
+    let mut seen = HashSet::new();
+    let mut next_id = 0;
+    for (id, json) in archs {
+        let g = Graph::from_json(&json)
+            .map_err(|e| format!("{}: architecture {id}: {e}", dir.display()))?;
+        seen.insert(g.descriptor());
+        graphs.insert(id, g);
+        next_id = next_id.max(id + 1);
+    }
+    let mut rounds = vec![0u32; groups];
+    let mut history = Vec::new();
+    for t in &run.trials {
+        if let Some(r) = rounds.get_mut(t.group as usize) {
+            *r += 1;
+        }
+        if t.epochs > 0 {
+            let graph = graphs.get(&t.model_id).cloned().ok_or_else(|| {
+                format!(
+                    "{}: trial of model {} has no recorded architecture",
+                    dir.display(),
+                    t.model_id
+                )
+            })?;
+            history.push(HistoryEntry {
+                model_id: t.model_id,
+                father: u64::try_from(t.father).ok(),
+                graph,
+                accuracy: t.reported_accuracy,
+            });
+        }
+    }
+    let last = run
+        .groups
+        .iter()
+        .flat_map(|g| g.epochs.iter().map(|e| e.time_s))
+        .chain(run.trials.iter().map(|t| t.end_s))
+        .chain(tpe.iter().map(|t| t.time_s))
+        .chain(run.info.end_time_s)
+        .fold(run.info.start_time_s, f64::max);
+    let tpe = tpe
+        .into_iter()
+        .map(|t| {
+            (
+                Hparams {
+                    batch_size: t.batch_size,
+                    kernel_size: t.kernel_size,
+                },
+                t.loss,
+            )
+        })
+        .collect();
+    Ok((
+        Resumed {
+            history,
+            seen,
+            next_id,
+            rounds,
+            tpe,
+        },
+        last,
+    ))
 }
 
 /// Rank 0's running totals for the status line.
@@ -474,8 +589,9 @@ enum GroupOrder {
     End,
 }
 
-/// Broadcasts a serde value from the group's rank 0 (length, then bincode bytes).
-fn broadcast_value<G: Communicator, T: Serialize + for<'de> Deserialize<'de>>(
+/// Broadcasts a serde value from the communicator's rank 0 (length, then bincode bytes);
+/// rank 0 passes `Some`, the others `None`; every rank gets the value.
+pub fn broadcast_value<G: Communicator, T: Serialize + for<'de> Deserialize<'de>>(
     comm: &G,
     value: Option<&T>,
 ) -> Result<T, String> {
@@ -763,7 +879,6 @@ pub fn leader<C: Communicator, G: Communicator>(
     // The folder may be node-local (no shared filesystem needed): create it here too.
     std::fs::create_dir_all(&cfg.results)
         .map_err(|e| format!("creating {}: {e}", cfg.results.display()))?;
-    let writer = GroupWriter::create(&cfg.results, group, group_comm.size() as u32).map_err(err)?;
     let first_kernel = cfg.space.kernel_sizes.first().copied().unwrap_or(3);
     let mut generator = Generator::start(
         BayesConfig {
@@ -778,10 +893,14 @@ pub fn leader<C: Communicator, G: Communicator>(
         1,
     )?;
     let mut history: Vec<Observed> = Vec::new();
-    let host = cfg.hosts.first().cloned().unwrap_or_default();
+    let host = cfg
+        .hosts
+        .get(world.rank() as usize)
+        .cloned()
+        .unwrap_or_default();
     let absorb = |reply: ToGroup, history: &mut Vec<Observed>| -> bool {
         match reply {
-            ToGroup::History(delta) => {
+            ToGroup::History(delta) | ToGroup::Welcome { history: delta, .. } => {
                 history.extend(delta.into_iter().map(|e| Observed {
                     id: e.model_id,
                     descriptor: e.graph.descriptor(),
@@ -793,17 +912,28 @@ pub fn leader<C: Communicator, G: Communicator>(
             _ => false,
         }
     };
-    let mut running = absorb(
-        ask(
-            world,
-            &ToPrimary::Hello {
-                group,
-                ranks: group_comm.size() as u32,
-                host,
-            },
-        )?,
-        &mut history,
-    );
+    let welcome = ask(
+        world,
+        &ToPrimary::Hello {
+            group,
+            ranks: group_comm.size() as u32,
+            host,
+        },
+    )?;
+    // A resumed run goes on from the group's round (budgets, patience, predictions).
+    let mut round = match welcome {
+        ToGroup::Welcome { round, .. } => round,
+        _ => 0,
+    };
+    let mut running = absorb(welcome, &mut history);
+    // After the welcome: the primary has read a resumed run's records by then.
+    let writer = if cfg.resume {
+        GroupWriter::open_or_create(&cfg.results, group, group_comm.size() as u32)
+    } else {
+        GroupWriter::create(&cfg.results, group, group_comm.size() as u32)
+    }
+    .map_err(err)?;
+
     generator.update(history.clone(), first_kernel);
     let clock = cfg.clock;
     let monitor = Monitor::start(Duration::from_secs_f64(cfg.monitor_interval_s), move || {
@@ -815,7 +945,7 @@ pub fn leader<C: Communicator, G: Communicator>(
         group,
         monitor: &monitor,
     };
-    let mut round = 0u32;
+    let first_round = round;
     let (began, mut busy, mut in_trials) = (Instant::now(), 0.0f64, 0.0f64);
     let mut checked = 0u32;
     // From the end of the first trial on, the generator's buffer is warm.
@@ -891,7 +1021,8 @@ pub fn leader<C: Communicator, G: Communicator>(
         100.0 * b / t.elapsed().as_secs_f64().max(1e-9)
     });
     log::info!(
-        "group {group}: {round} trials; leader busy in train/eval steps and exchanges {:.1}% of the run, {warm_pct:.1}% after the first trial, {:.1}% of trial time; waited {:.2} s for the generator",
+        "group {group}: {} trials; leader busy in train/eval steps and exchanges {:.1}% of the run, {warm_pct:.1}% after the first trial, {:.1}% of trial time; waited {:.2} s for the generator",
+        round - first_round,
         100.0 * busy / wall.max(1e-9),
         100.0 * busy / in_trials.max(1e-9),
         generator.waited_s()
