@@ -636,12 +636,13 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
     };
     if rank == 0 {
         log::info!(
-            "aiperf run: preset {}, {} trainer, {} ranks in {} group(s), {:.0} s, records in {}",
+            "aiperf run: preset {}, {} trainer, {} ranks in {} group(s), {:.0} s, records in {} (should the job die, continue it with `aiperf run --resume {}` under the same launcher)",
             preset.name,
             cfg.precision,
             world.size(),
             layout.groups(),
             preset.duration_s,
+            results.display(),
             results.display()
         );
     }
@@ -657,7 +658,8 @@ fn run_benchmark(a: RunArgs) -> anyhow::Result<()> {
     };
     if let Err(e) = outcome {
         eprintln!(
-            "aiperf: error: rank {rank}: {e}\naiperf: the records written so far in {} stay readable",
+            "aiperf: error: rank {rank}: {e}\naiperf: the records written so far in {} stay readable; continue the run with `aiperf run --resume {}`",
+            results.display(),
             results.display()
         );
         world.abort(1);

@@ -82,6 +82,15 @@ pub fn text(s: &Score) -> String {
         s.allreduce_s,
         si(s.allreduce_bytes_per_s)
     );
+    if let Some((lo, mid, hi)) = s.allreduce_epoch_bytes_per_s {
+        let _ = writeln!(
+            t,
+            "  exchange per epoch       {}B/s median (min {}B/s, max {}B/s) per rank",
+            si(mid),
+            si(lo),
+            si(hi)
+        );
+    }
     let status = match s.verdict.status {
         Status::Valid => "VALID",
         Status::Unofficial => "UNOFFICIAL",

@@ -101,6 +101,9 @@ pub struct Score {
     pub data_wait_s: f64,
     /// All-reduce bytes per all-reduce second (per rank).
     pub allreduce_bytes_per_s: f64,
+    /// The same per counted epoch with an exchange: (min, median, max), bytes per second —
+    /// to set beside `aiperf comm-bench`'s figures for the interconnect.
+    pub allreduce_epoch_bytes_per_s: Option<(f64, f64, f64)>,
     /// Accelerator-busy fraction: seconds inside train/eval steps and exchanges (compute +
     /// all-reduce) of counted epochs, over groups × the run's duration.
     pub busy_fraction: f64,
@@ -213,6 +216,15 @@ pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
             allreduce_bytes as f64 / allreduce_s
         } else {
             0.0
+        },
+        allreduce_epoch_bytes_per_s: {
+            let mut bw: Vec<f64> = counted
+                .iter()
+                .filter(|e| e.allreduce_s > 0.0 && e.allreduce_bytes > 0)
+                .map(|e| e.allreduce_bytes as f64 / e.allreduce_s)
+                .collect();
+            bw.sort_by(f64::total_cmp);
+            (!bw.is_empty()).then(|| (bw[0], bw[bw.len() / 2], bw[bw.len() - 1]))
         },
         busy_fraction: (sum(&|e| e.compute_s) + allreduce_s)
             / (run.groups.len().max(1) as f64 * duration_s),

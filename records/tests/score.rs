@@ -495,6 +495,7 @@ const SNAPSHOT: &str = "aiperf score: RUN
   time split               compute 80.0% / all-reduce 10.0% / data wait 10.0%
   accelerators busy        2.2% of the run (train/eval steps and exchanges, per group)
   all-reduce               5.000 kB in 5.0 s (1.000 kB/s per rank)
+  exchange per epoch       1.000 kB/s median (min 1.000 kB/s, max 1.000 kB/s) per rank
   verdict (aiperf-rules-1)   INVALID
     - ran 1000 s, the rules require at least 3600 s (1 h)
     - dataset fashion-mnist (official: imagenet)
