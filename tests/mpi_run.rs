@@ -7,12 +7,13 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use aiperf::arch::Graph;
 use aiperf::ops::OpCount;
 use aiperf_records::score;
 
 mod common;
-use common::{output, rank_pids, read_architectures, read_run, spawn, wait_released};
+use common::{
+    output, rank_pids, read_run, read_with_architectures, spawn, wait_released, StderrLog,
+};
 
 fn run(np: usize, extra: &[&str], dir: &Path) -> String {
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
@@ -40,18 +41,8 @@ fn run(np: usize, extra: &[&str], dir: &Path) -> String {
 
 /// Checks a run's records; returns (groups, epochs).
 fn check_records(dir: &Path, ranks_per_group: u64) -> (usize, usize) {
-    let run = read_run(dir).unwrap();
+    let (run, archs, batch_of) = read_with_architectures(dir);
     assert!(run.warnings.is_empty(), "{:?}", run.warnings);
-    let archs: HashMap<u64, Graph> = read_architectures(dir)
-        .unwrap()
-        .into_iter()
-        .map(|(id, json)| (id, Graph::from_json(&json).unwrap()))
-        .collect();
-    let batch_of: HashMap<u64, u32> = run
-        .trials
-        .iter()
-        .map(|t| (t.model_id, t.batch_size))
-        .collect();
     let mut epochs = 0;
     for g in &run.groups {
         assert!(
@@ -263,25 +254,10 @@ fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
             .args(["--duration", "30", "--results"])
             .arg(&dir),
     );
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        let log = std::sync::Arc::clone(&log);
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                log.lock().unwrap().push_str(&(line + "\n"));
-            }
-        })
-    };
-    let started = std::time::Instant::now();
-    while log.lock().unwrap().matches(" epoch ").count() < 6 {
-        assert!(started.elapsed().as_secs() < 60, "no epochs");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let log = StderrLog::follow(&mut child);
+    log.wait_for(std::time::Duration::from_secs(60), |l| {
+        l.matches(" epoch ").count() >= 6
+    });
     // SIGKILL one rank: mpirun takes the others down; nothing closes cleanly.
     let pids = rank_pids(&dir);
     assert_eq!(pids.len(), 3, "{pids:?}");
@@ -289,7 +265,7 @@ fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
         .status
         .success());
     assert!(!child.wait().unwrap().success());
-    reader.join().unwrap();
+    log.finish();
     wait_released(&dir, std::time::Duration::from_secs(60));
     let before = read_run(&dir).unwrap();
     assert!(

@@ -5,17 +5,17 @@
 //! bytes are filled in, the model learns, and every rank of a group held bit-identical
 //! parameters after every epoch (the run aborts otherwise).
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use aiperf::arch::Graph;
 use aiperf::ops::OpCount;
 use aiperf_data_prep::{PackWriter, Source};
 use aiperf_records::score;
 
 mod common;
-use common::{output, rank_pids, read_architectures, read_run, spawn, wait_released};
+use common::{
+    output, rank_pids, read_run, read_with_architectures, spawn, wait_released, StderrLog,
+};
 
 const SIDE: u32 = 8;
 const CLASSES: u32 = 4;
@@ -99,17 +99,7 @@ fn run(np: usize, data: &Path, results: &Path, extra: &[&str]) -> (String, Strin
 
 /// Checks the records of a run whose groups have `ranks` ranks; returns the epochs counted.
 fn check_records(dir: &Path, ranks: u64, train: u64, val: u64) -> usize {
-    let run = read_run(dir).unwrap();
-    let archs: HashMap<u64, Graph> = read_architectures(dir)
-        .unwrap()
-        .into_iter()
-        .map(|(id, json)| (id, Graph::from_json(&json).unwrap()))
-        .collect();
-    let batch_of: HashMap<u64, u32> = run
-        .trials
-        .iter()
-        .map(|t| (t.model_id, t.batch_size))
-        .collect();
+    let (run, archs, batch_of) = read_with_architectures(dir);
     let mut epochs = 0;
     for g in &run.groups {
         assert!(!g.epochs.is_empty(), "group {} recorded no epoch", g.group);
@@ -251,27 +241,10 @@ fn sigterm_abandons_the_epoch_in_progress_and_closes_the_records() {
     );
     let mut child = child;
     // The ranks' log, line by line (the records are open for writing, hence locked).
-    let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let reader = {
-        let log = std::sync::Arc::clone(&log);
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            use std::io::BufRead;
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                let mut l = log.lock().unwrap();
-                l.push_str(&line);
-                l.push('\n');
-            }
-        })
-    };
-    let started = std::time::Instant::now();
-    while !log.lock().unwrap().contains("epoch 1/") {
-        assert!(started.elapsed().as_secs() < 120, "no epoch completed");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let log = StderrLog::follow(&mut child);
+    log.wait_for(std::time::Duration::from_secs(120), |l| {
+        l.contains("epoch 1/")
+    });
     std::thread::sleep(std::time::Duration::from_millis(700));
     let pids = rank_pids(&dir);
     assert_eq!(pids.len(), 3, "{pids:?}");
@@ -280,8 +253,7 @@ fn sigterm_abandons_the_epoch_in_progress_and_closes_the_records() {
         .success());
     let signalled = std::time::Instant::now();
     let out = child.wait_with_output().unwrap();
-    reader.join().unwrap();
-    let stderr = log.lock().unwrap().clone();
+    let stderr = log.finish();
     assert!(out.status.success(), "{stderr}");
     assert!(
         signalled.elapsed().as_secs() < 60,

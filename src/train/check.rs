@@ -13,6 +13,7 @@ use serde::Serialize;
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Tensor};
 
+use super::sync::{all_variables, float_buffers};
 use super::{average_buffers, sync_gradients, TrainError};
 use crate::arch::{cifar_resnet, CifarResnetConfig, Shape};
 use crate::data::shard_range;
@@ -35,10 +36,8 @@ pub struct DpReport {
 
 /// A hash of every parameter's bits, in name order.
 pub(super) fn params_hash(vs: &nn::VarStore) -> u64 {
-    let mut vars: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
-    vars.sort_by(|a, b| a.0.cmp(&b.0));
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    for (name, t) in vars {
+    for (name, t) in all_variables(vs) {
         let n = t.numel();
         let mut buf = vec![0f32; n];
         t.contiguous().copy_data(&mut buf, n);
@@ -76,14 +75,7 @@ pub fn dp_check<C: Communicator>(
     }
     .build(&vs, 0.05)?;
     let vars = vs.trainable_variables();
-    // By name: the VarStore's map iterates in a different order in every process.
-    let mut named: Vec<(String, Tensor)> = vs
-        .variables()
-        .into_iter()
-        .filter(|(_, t)| !t.requires_grad() && t.kind() == Kind::Float)
-        .collect();
-    named.sort_by(|a, b| a.0.cmp(&b.0));
-    let buffers: Vec<Tensor> = named.into_iter().map(|(_, t)| t).collect();
+    let buffers = float_buffers(&vs);
     let (mut bucket, mut reduced) = (Vec::new(), Vec::new());
     let global = 13usize;
     let (mut losses, mut identical, mut bytes) = (Vec::new(), true, 0);

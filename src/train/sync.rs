@@ -21,6 +21,23 @@ pub struct SyncStats {
     pub seconds: f64,
 }
 
+/// Every variable of `vs` (parameters and buffers) in name order: the VarStore's map
+/// iterates in a different order in every process, and the exchange needs one order.
+pub(super) fn all_variables(vs: &tch::nn::VarStore) -> Vec<(String, Tensor)> {
+    let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    named
+}
+
+/// The float buffers of `vs` (batch-norm running statistics) in name order.
+pub(super) fn float_buffers(vs: &tch::nn::VarStore) -> Vec<Tensor> {
+    all_variables(vs)
+        .into_iter()
+        .filter(|(_, t)| !t.requires_grad() && t.kind() == tch::Kind::Float)
+        .map(|(_, t)| t)
+        .collect()
+}
+
 /// Sums `bucket` over the group into `reduced` on every rank (onto rank 0, then broadcast);
 /// returns the seconds spent.
 pub fn reduce_broadcast<C: Communicator>(comm: &C, bucket: &[f32], reduced: &mut [f32]) -> f64 {

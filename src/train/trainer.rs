@@ -18,7 +18,7 @@ use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
 use super::schedule::LrSchedule;
-use super::sync::sync_gradients_with_flag;
+use super::sync::{all_variables, float_buffers, sync_gradients_with_flag};
 use super::{average_buffers, EpochStats, TrainError};
 use crate::arch::Graph;
 use crate::data::{Augment, Loader, LoaderConfig, Pack};
@@ -105,25 +105,6 @@ pub struct TrialTrainer<'c, C: Communicator> {
     schedule: LrSchedule,
     bucket: Vec<f32>,
     reduced: Vec<f32>,
-}
-
-/// The VarStore's float buffers (batch-norm running statistics) in name order — the map
-/// iterates in a different order in every process.
-fn float_buffers(vs: &nn::VarStore) -> Vec<Tensor> {
-    let mut named: Vec<(String, Tensor)> = vs
-        .variables()
-        .into_iter()
-        .filter(|(_, t)| !t.requires_grad() && t.kind() == Kind::Float)
-        .collect();
-    named.sort_by(|a, b| a.0.cmp(&b.0));
-    named.into_iter().map(|(_, t)| t).collect()
-}
-
-/// Every variable in name order (parameters and buffers).
-fn all_variables(vs: &nn::VarStore) -> Vec<(String, Tensor)> {
-    let mut named: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
-    named.sort_by(|a, b| a.0.cmp(&b.0));
-    named
 }
 
 /// Waits for the device's queued work, so that wall-clock intervals measure it.

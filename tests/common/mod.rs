@@ -41,11 +41,30 @@ pub fn read_run(dir: &Path) -> Result<aiperf_records::Run, aiperf_records::Recor
     aiperf_records::read_run(dir)
 }
 
-/// [`aiperf_records::read_architectures`], one thread at a time.
-#[allow(dead_code)] // not every test binary reads architectures
-pub fn read_architectures(dir: &Path) -> Result<Vec<(u64, String)>, aiperf_records::RecordError> {
-    let _turn = hdf5_turn();
-    aiperf_records::read_architectures(dir)
+/// A run's records with every model's architecture and each trial's batch size by model id
+/// (a trial cut by the deadline has none), read one thread at a time.
+pub fn read_with_architectures(
+    dir: &Path,
+) -> (
+    aiperf_records::Run,
+    std::collections::HashMap<u64, aiperf::arch::Graph>,
+    std::collections::HashMap<u64, u32>,
+) {
+    let run = read_run(dir).unwrap();
+    let archs = {
+        let _turn = hdf5_turn();
+        aiperf_records::read_architectures(dir).unwrap()
+    };
+    let archs = archs
+        .into_iter()
+        .map(|(id, json)| (id, aiperf::arch::Graph::from_json(&json).unwrap()))
+        .collect();
+    let batch_of = run
+        .trials
+        .iter()
+        .map(|t| (t.model_id, t.batch_size))
+        .collect();
+    (run, archs, batch_of)
 }
 
 /// Starts `cmd` (stdout and stderr piped) while no record file is open in this process.
@@ -80,5 +99,53 @@ pub fn wait_released(dir: &Path, limit: std::time::Duration) {
     while held() {
         assert!(started.elapsed() < limit, "{} stays open", dir.display());
         std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// A child's stderr, collected line by line on a thread while the test watches it.
+pub struct StderrLog {
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl StderrLog {
+    /// Starts collecting `child`'s (piped) stderr.
+    pub fn follow(child: &mut std::process::Child) -> StderrLog {
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let stderr = child.stderr.take().expect("stderr piped");
+        let sink = std::sync::Arc::clone(&text);
+        let reader = std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let mut t = sink.lock().unwrap();
+                t.push_str(&line);
+                t.push('\n');
+            }
+        });
+        StderrLog { text, reader }
+    }
+
+    /// Waits until `done` holds for the text so far, at most `limit`.
+    pub fn wait_for(&self, limit: std::time::Duration, done: impl Fn(&str) -> bool) {
+        let started = std::time::Instant::now();
+        while !done(&self.text.lock().unwrap()) {
+            assert!(
+                started.elapsed() < limit,
+                "not in the log in time: {}",
+                self.text.lock().unwrap()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// The whole log, once the child has exited.
+    pub fn finish(self) -> String {
+        self.reader.join().unwrap();
+        std::sync::Arc::try_unwrap(self.text)
+            .map(|m| m.into_inner().unwrap())
+            .unwrap_or_else(|t| t.lock().unwrap().clone())
     }
 }
