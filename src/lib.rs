@@ -5,13 +5,15 @@
 #![warn(missing_docs)]
 
 pub mod arch;
+pub mod cli;
 pub mod cluster;
+pub mod commands;
+pub mod config;
 pub mod data;
 pub mod model;
 pub mod monitor;
 pub mod ops;
 pub mod platform;
-pub mod preset;
 pub mod search;
 pub mod seeds;
 pub mod train;

@@ -216,8 +216,8 @@ fn a_stalled_group_is_named_and_the_run_ends_with_what_was_recorded() {
     let out = output(
         Command::new(&launcher)
             .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-            .env("AIPERF_FAULT_HANG_GROUP", "1")
             .args(["4", "run", "--trainer", "simulated", "--group-size", "1"])
+            .args(["--fault", "hang:1"])
             .args(["--duration", "300", "--stall-timeout", "4", "--results"])
             .arg(&dir),
     );

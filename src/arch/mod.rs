@@ -31,7 +31,9 @@ impl Shape {
 
     /// Elements per image, C·H·W.
     pub fn elements(&self) -> u64 {
-        u64::from(self.c) * u64::from(self.h) * u64::from(self.w)
+        u64::from(self.c)
+            .saturating_mul(u64::from(self.h))
+            .saturating_mul(u64::from(self.w))
     }
 }
 

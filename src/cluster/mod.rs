@@ -1,11 +1,19 @@
-//! The MPI side of the benchmark: the layout of roles (primary, groups, leaders), the common
-//! clock, the interconnect profile (`comm-bench`), the versioned message protocol between
-//! the primary and the leaders, each leader's background architecture generator, and the
-//! run itself.
+//! The MPI side of the benchmark: set-up across the world (`bootstrap`: layout, placement,
+//! clock, hosts), moving messages (`transport`, `protocol`), the primary (a state machine
+//! and its serve loop), the stall `watchdog`, the `status` line, `resume` from records, the
+//! groups (leader, members, trials), each leader's background `generator`, the interconnect
+//! profile (`commbench`), and the dispatch of ranks to roles (`run`).
 
+pub mod bootstrap;
 pub mod clock;
 pub mod commbench;
 pub mod generator;
+pub mod group;
 pub mod layout;
+pub mod primary;
 pub mod protocol;
+pub mod resume;
 pub mod run;
+pub mod status;
+pub mod transport;
+pub mod watchdog;

@@ -5,11 +5,11 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::arch::{Descriptor, Graph};
+use crate::arch::Graph;
 use crate::search::Hparams;
 
 /// Version of these messages; both ends must agree.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 /// Default largest message accepted (a history delta of many ResNet-50-sized graphs fits).
 pub const DEFAULT_LIMIT_BYTES: usize = 64 << 20;
 
@@ -31,10 +31,8 @@ pub enum ToPrimary {
         group: u32,
         /// Father's model id (`None` for an initial model).
         father: Option<u64>,
-        /// The candidate's architecture.
+        /// The candidate's architecture (the primary derives its descriptor itself).
         graph: Graph,
-        /// Its search descriptor (for de-duplication across groups).
-        descriptor: Descriptor,
     },
     /// Ask for the next trial's hyperparameters.
     Suggest {
@@ -42,6 +40,8 @@ pub enum ToPrimary {
         group: u32,
         /// The group's round.
         round: u32,
+        /// The registered candidate's father (warm-up rounds take its hyperparameters).
+        father: Option<u64>,
     },
     /// A completed epoch.
     Progress {
@@ -70,6 +70,8 @@ pub enum ToPrimary {
         epochs: u32,
         /// Hyperparameters used.
         hparams: Hparams,
+        /// The loss became non-finite: the trial failed (its completed epochs count).
+        failed: bool,
     },
     /// The group stopped and closed its records.
     Bye {
@@ -213,10 +215,13 @@ mod tests {
             ToPrimary::Register {
                 group: 3,
                 father: Some(12),
-                descriptor: g.descriptor(),
                 graph: g,
             },
-            ToPrimary::Suggest { group: 3, round: 4 },
+            ToPrimary::Suggest {
+                group: 3,
+                round: 4,
+                father: Some(12),
+            },
             ToPrimary::Progress {
                 group: 3,
                 model_id: 40,
@@ -231,6 +236,7 @@ mod tests {
                 reported: 0.74,
                 epochs: 15,
                 hparams: h,
+                failed: false,
             },
             ToPrimary::Bye { group: 3 },
         ]
@@ -315,6 +321,36 @@ mod tests {
         ));
         // A message that is valid for the other direction is not taken for this one.
         assert!(decode::<ToGroup>(&encode(&sample()[0]), DEFAULT_LIMIT_BYTES).is_err());
+    }
+
+    /// Seeded truncations, bit flips and huge length fields over every message kind: each
+    /// outcome is a clean error or a message; never a panic or an allocation of the
+    /// claimed size.
+    #[test]
+    fn corruption_sweep_protocol_messages_never_panic() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let messages: Vec<Vec<u8>> = sample().iter().map(encode).collect();
+        let mut refused = 0;
+        for case in 0..6000 {
+            let mut b = messages[case % messages.len()].clone();
+            match case % 3 {
+                0 => b.truncate(rng.random_range(0..b.len())),
+                1 => {
+                    for _ in 0..rng.random_range(1..5) {
+                        let i = rng.random_range(0..b.len());
+                        b[i] ^= 1 << rng.random_range(0..8);
+                    }
+                }
+                _ => {
+                    // bincode's varint marker for a u64 length, then 2^64 - 1.
+                    let i = rng.random_range(0..b.len());
+                    b.splice(i..i, [0xfd, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f]);
+                }
+            }
+            refused += usize::from(decode::<ToPrimary>(&b, DEFAULT_LIMIT_BYTES).is_err());
+        }
+        assert!(refused > 3000, "{refused}");
     }
 
     #[test]

@@ -6,6 +6,9 @@
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
+/// The largest output side or padding an augmentation may ask for, in pixels.
+pub const MAX_SIDE: u32 = 4096;
+
 /// The augmentation applied to each sample.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -50,6 +53,50 @@ impl Augment {
         match *self {
             Augment::None | Augment::CropFlip { .. } => (h, w),
             Augment::RandomResizedCrop { size, .. } | Augment::CenterCrop { size } => (size, size),
+        }
+    }
+
+    /// Checks the parameters alone (no image size needed): sizes and paddings in range.
+    pub fn check_params(&self) -> Result<(), String> {
+        match *self {
+            Augment::None => Ok(()),
+            Augment::CropFlip { pad } if pad > MAX_SIDE => {
+                Err(format!("crop-flip padding {pad} exceeds {MAX_SIDE} pixels"))
+            }
+            Augment::RandomResizedCrop { size, scale, ratio } => {
+                let range_ok =
+                    |(a, b): (f32, f32)| a.is_finite() && b.is_finite() && 0.0 < a && a <= b;
+                if size == 0 || size > MAX_SIDE {
+                    Err(format!(
+                        "random-resized-crop size must be in 1..={MAX_SIDE}, got {size}"
+                    ))
+                } else if !range_ok(scale) || scale.1 > 1.0 || !range_ok(ratio) {
+                    Err(format!("random-resized-crop needs 0 < scale.min <= scale.max <= 1 and 0 < ratio.min <= ratio.max, got scale {scale:?}, ratio {ratio:?}"))
+                } else {
+                    Ok(())
+                }
+            }
+            Augment::CenterCrop { size } if size == 0 || size > MAX_SIDE => Err(format!(
+                "center-crop size must be in 1..={MAX_SIDE}, got {size}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks that this augmentation fits stored images of `h`×`w`: a crop-flip padding
+    /// smaller than the image, a centre crop no larger than it.
+    pub fn check_fits(&self, h: u32, w: u32) -> Result<(), String> {
+        self.check_params()?;
+        let side = h.min(w);
+        match *self {
+            Augment::CropFlip { pad } if pad >= side => Err(format!(
+                "crop-flip padding {pad} must be smaller than the {h}x{w} images (use at most {})",
+                side.saturating_sub(1)
+            )),
+            Augment::CenterCrop { size } if size > side => Err(format!(
+                "center-crop {size} does not fit the {h}x{w} images"
+            )),
+            _ => Ok(()),
         }
     }
 

@@ -187,24 +187,11 @@ impl Loader {
             return bad("loader workers and prefetch depth must be at least 1".into());
         }
         let (c, sh, sw) = (h.channels as usize, h.height as usize, h.width as usize);
-        match cfg.augment {
-            Augment::CenterCrop { size } if size == 0 || size > h.height.min(h.width) => {
-                return bad(format!(
-                    "centre crop {size} does not fit the {sh}x{sw} images of {}",
-                    pack.path().display()
-                ));
-            }
-            Augment::RandomResizedCrop { size, scale, ratio }
-                if size == 0
-                    || !(scale.0 > 0.0 && scale.0 <= scale.1 && scale.1 <= 1.0)
-                    || !(ratio.0 > 0.0 && ratio.0 <= ratio.1) =>
-            {
-                return bad(format!(
-                    "random-resized-crop needs size >= 1, 0 < scale.min <= scale.max <= 1 and \
-                     0 < ratio.min <= ratio.max (got {size}, {scale:?}, {ratio:?})"
-                ));
-            }
-            _ => {}
+        if let Err(e) = cfg.augment.check_fits(h.height, h.width) {
+            return bad(format!(
+                "{e} of {} (choose another augmentation for this dataset)",
+                pack.path().display()
+            ));
         }
         let mean = cfg
             .mean

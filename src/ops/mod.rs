@@ -62,49 +62,29 @@ pub struct OpCount {
 }
 
 impl OpCount {
-    /// Counts `graph` (validated here).
+    /// Counts `graph` (validated here). Every product is checked: a count that does not
+    /// fit u64 per image is an error naming the layer, never a wrapped number.
     pub fn of(graph: &Graph) -> Result<OpCount, ArchError> {
         let shapes = graph.shapes()?;
         let mut layers = Vec::with_capacity(graph.nodes.len());
         for (i, node) in graph.nodes.iter().enumerate() {
             let out = shapes[i];
             let input = node.inputs.first().map(|&j| shapes[j]);
-            let (fp, params) = match (&node.layer, input) {
-                (
-                    Layer::Conv2d {
-                        out_channels,
-                        kernel,
-                        ..
-                    },
-                    Some(x),
-                ) => {
-                    let k2 = u64::from(*kernel) * u64::from(*kernel);
-                    let w = k2 * u64::from(x.c) * u64::from(*out_channels);
-                    (2 * w * u64::from(out.h) * u64::from(out.w), w)
-                }
-                (Layer::Dense { out_features }, Some(x)) => {
-                    let w = x.elements() * u64::from(*out_features);
-                    (2 * w, w + u64::from(*out_features))
-                }
-                (Layer::BatchNorm, _) => (7 * out.elements(), 2 * u64::from(out.c)),
-                (Layer::Relu, _) => (out.elements(), 0),
-                (Layer::Add, _) => ((node.inputs.len() as u64 - 1) * out.elements(), 0),
-                (Layer::MaxPool { kernel, stride, .. }, Some(x)) => {
-                    let k2 = u64::from(*kernel) * u64::from(*kernel);
-                    let s2 = u64::from(*stride) * u64::from(*stride);
-                    (x.elements() * k2 / s2, 0)
-                }
-                (Layer::GlobalAvgPool, Some(x)) => {
-                    let hw = u64::from(x.h) * u64::from(x.w);
-                    ((hw - 1) * u64::from(x.c) + 4 * u64::from(x.c), 0)
-                }
-                _ => (0, 0),
+            let too_large = || ArchError::Node {
+                index: i,
+                name: node.name.clone(),
+                kind: node.layer.kind(),
+                problem: "its operation count per image exceeds 2^64: the input is too large"
+                    .into(),
             };
+            let (fp, params) =
+                layer_counts(&node.layer, node.inputs.len(), input, out).ok_or_else(too_large)?;
             let bp = match node.layer {
-                Layer::Conv2d { .. } if node.inputs == [0] => fp,
-                Layer::Conv2d { .. } | Layer::Dense { .. } => 2 * fp,
-                _ => 0,
-            };
+                Layer::Conv2d { .. } if node.inputs == [0] => Some(fp),
+                Layer::Conv2d { .. } | Layer::Dense { .. } => fp.checked_mul(2),
+                _ => Some(0),
+            }
+            .ok_or_else(too_large)?;
             layers.push(LayerOps {
                 index: i,
                 name: node.name.clone(),
@@ -117,12 +97,27 @@ impl OpCount {
         }
         let n = u64::from(graph.num_classes());
         let softmax_fp = 8 * n + (n - 1) + 4 * n;
+        let total = |f: fn(&LayerOps) -> u64, plus: u64| {
+            layers.iter().try_fold(plus, |acc, l| acc.checked_add(f(l)))
+        };
+        let overflow = || {
+            ArchError::Json(
+                "the architecture's total operation count per image exceeds 2^64".into(),
+            )
+        };
         Ok(OpCount {
             softmax_fp,
-            fp_per_image: layers.iter().map(|l| l.fp).sum::<u64>() + softmax_fp,
-            bp_per_image: layers.iter().map(|l| l.bp).sum(),
-            params: layers.iter().map(|l| l.params).sum(),
+            fp_per_image: total(|l| l.fp, softmax_fp).ok_or_else(overflow)?,
+            bp_per_image: total(|l| l.bp, 0).ok_or_else(overflow)?,
+            params: total(|l| l.params, 0).ok_or_else(overflow)?,
             layers,
+        })
+        .and_then(|c: OpCount| {
+            c.fp_per_image
+                .checked_add(c.bp_per_image)
+                .and(c.params.checked_mul(2))
+                .map(|_| c)
+                .ok_or_else(overflow)
         })
     }
 
@@ -146,6 +141,61 @@ impl OpCount {
     pub fn eval_epoch(&self, images: u64) -> u128 {
         u128::from(images) * u128::from(self.fp_per_image)
     }
+}
+
+/// The product of the factors, if it fits u64.
+fn product(factors: &[u64]) -> Option<u64> {
+    factors.iter().try_fold(1u64, |acc, &f| acc.checked_mul(f))
+}
+
+/// Forward operations per image and trainable parameters of one layer (DESIGN.md §4), or
+/// `None` when a count does not fit u64.
+fn layer_counts(
+    layer: &Layer,
+    inputs: usize,
+    input: Option<Shape>,
+    out: Shape,
+) -> Option<(u64, u64)> {
+    let elements = |s: Shape| product(&[u64::from(s.c), u64::from(s.h), u64::from(s.w)]);
+    let u = u64::from;
+    Some(match (layer, input) {
+        (
+            Layer::Conv2d {
+                out_channels,
+                kernel,
+                ..
+            },
+            Some(x),
+        ) => {
+            let w = product(&[u(*kernel), u(*kernel), u(x.c), u(*out_channels)])?;
+            (product(&[2, w, u(out.h), u(out.w)])?, w)
+        }
+        (Layer::Dense { out_features }, Some(x)) => {
+            let w = product(&[elements(x)?, u(*out_features)])?;
+            (w.checked_mul(2)?, w.checked_add(u(*out_features))?)
+        }
+        (Layer::BatchNorm, _) => (elements(out)?.checked_mul(7)?, 2 * u(out.c)),
+        (Layer::Relu, _) => (elements(out)?, 0),
+        (Layer::Add, _) => (
+            (inputs as u64)
+                .saturating_sub(1)
+                .checked_mul(elements(out)?)?,
+            0,
+        ),
+        (Layer::MaxPool { kernel, stride, .. }, Some(x)) => {
+            let k2 = u128::from(*kernel) * u128::from(*kernel);
+            let s2 = (u128::from(*stride) * u128::from(*stride)).max(1);
+            (u64::try_from(u128::from(elements(x)?) * k2 / s2).ok()?, 0)
+        }
+        (Layer::GlobalAvgPool, Some(x)) => {
+            let hw = product(&[u(x.h), u(x.w)])?;
+            let fp = (hw - 1)
+                .checked_mul(u(x.c))?
+                .checked_add(u(x.c).checked_mul(4)?)?;
+            (fp, 0)
+        }
+        _ => (0, 0),
+    })
 }
 
 #[cfg(test)]

@@ -7,16 +7,20 @@
 //! simulated trainer's model of a trial.
 
 mod check;
+pub mod fault;
+pub mod scaler;
 pub mod schedule;
 pub mod simulated;
 mod sync;
 mod trainer;
 
+use mpi::topology::SimpleCommunicator;
+
 pub use check::{dp_check, DpReport};
 pub use sync::{
     average_buffers, reduce_broadcast, sync_gradients, sync_gradients_with_flag, SyncStats,
 };
-pub use trainer::{Precision, TrainConfig, TrialSpec, TrialTrainer};
+pub use trainer::{Precision, RealTrainer, TrainConfig, TrialSpec, TrialTrainer};
 
 /// What one epoch of a trial did, the same on every rank of the group except for the time
 /// split, which is this rank's.
@@ -47,6 +51,33 @@ pub struct EpochStats {
     /// The run ended during the epoch: it was abandoned (the time split so far is filled
     /// in; nothing else counts).
     pub abandoned: bool,
+    /// The loss or the gradients became non-finite and stayed so (fp32: at once; fp16: the
+    /// loss scale fell to its floor): the epoch does not count and the trial fails.
+    pub non_finite: bool,
+}
+
+/// One trial being trained on this rank of a group.
+pub trait TrialRun {
+    /// Trains and validates epoch `epoch` (1-based); collective over the group. `stop` is
+    /// asked during the epoch; when it says yes on the leader the group abandons the epoch.
+    fn epoch(&mut self, epoch: u32, stop: &dyn Fn() -> bool) -> Result<EpochStats, TrainError>;
+    /// A hash of the parameters (equal on every rank of the group when the exchange
+    /// works); `None` for a trainer without parameters.
+    fn params_hash(&self) -> Option<u64>;
+}
+
+/// How the ranks of a group train trials: `real` (libtorch), `simulated`, or a test double.
+pub trait Trainer {
+    /// Starts a trial of the group's `round` (0-based) on this rank (collective over
+    /// `comm`, the group).
+    fn start<'c>(
+        &'c self,
+        comm: &'c SimpleCommunicator,
+        spec: &TrialSpec,
+        round: u32,
+    ) -> Result<Box<dyn TrialRun + 'c>, TrainError>;
+    /// The trainer's name as recorded (`real`, `simulated`).
+    fn name(&self) -> &'static str;
 }
 
 /// Why a training step failed.

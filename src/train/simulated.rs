@@ -3,8 +3,13 @@
 //! accuracy follows a saturating learning curve towards the synthetic accuracy of the
 //! architecture and hyperparameters — for protocol tests with many ranks and scale studies.
 
+use std::time::{Duration, Instant};
+
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::Communicator;
 use serde::{Deserialize, Serialize};
 
+use super::{EpochStats, TrainError, Trainer, TrialRun, TrialSpec};
 use crate::arch::Graph;
 use crate::ops::OpCount;
 use crate::search::sim::synthetic_accuracy;
@@ -87,6 +92,97 @@ impl SimTrial {
             val_accuracy: acc,
             val_loss: -(acc.clamp(1e-6, 1.0 - 1e-6)).ln(),
         }
+    }
+}
+
+/// The simulated trainer: every rank of a group waits out each epoch's simulated time.
+#[derive(Clone, Debug)]
+pub struct SimulatedTrainer {
+    /// One accelerator's declared speed (`accelerators` is set from the group's size).
+    pub device: SimDevice,
+    /// Training and validation images per epoch.
+    pub images: (u64, u64),
+    /// Simulated seconds per wall-clock second.
+    pub speedup: f64,
+    /// Seed of the synthetic accuracy's noise.
+    pub seed: u64,
+}
+
+struct SimRun {
+    trial: SimTrial,
+    images: (u64, u64),
+    steps: u64,
+    speedup: f64,
+}
+
+impl Trainer for SimulatedTrainer {
+    fn start<'c>(
+        &'c self,
+        comm: &'c SimpleCommunicator,
+        spec: &TrialSpec,
+        _round: u32,
+    ) -> Result<Box<dyn TrialRun + 'c>, TrainError> {
+        let ranks = u32::try_from(comm.size()).unwrap_or(1);
+        let device = SimDevice {
+            accelerators: ranks,
+            ..self.device
+        };
+        let trial = SimTrial::new(
+            &spec.graph,
+            spec.hparams,
+            device,
+            self.images.0,
+            self.images.1,
+            self.seed,
+        )
+        .ok_or_else(|| TrainError::Config("the architecture's shapes do not infer".into()))?;
+        let global = u64::from(spec.hparams.batch_size.max(1)) * u64::from(ranks);
+        Ok(Box::new(SimRun {
+            trial,
+            images: self.images,
+            steps: self.images.0.div_ceil(global),
+            speedup: self.speedup,
+        }))
+    }
+
+    fn name(&self) -> &'static str {
+        "simulated"
+    }
+}
+
+impl TrialRun for SimRun {
+    fn epoch(&mut self, epoch: u32, stop: &dyn Fn() -> bool) -> Result<EpochStats, TrainError> {
+        let e = self.trial.epoch(epoch);
+        let seconds = e.seconds / self.speedup;
+        let began = Instant::now();
+        let until = began + Duration::from_secs_f64(seconds.min(1e9));
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            if stop() {
+                let spent = began.elapsed().as_secs_f64();
+                return Ok(EpochStats {
+                    compute_s: spent,
+                    wall_s: spent,
+                    abandoned: true,
+                    ..EpochStats::default()
+                });
+            }
+            std::thread::sleep(left.min(Duration::from_millis(50)));
+        }
+        Ok(EpochStats {
+            train_images: self.images.0,
+            steps: self.steps,
+            val_images: self.images.1,
+            train_loss: e.val_loss,
+            val_loss: e.val_loss,
+            val_accuracy: e.val_accuracy,
+            compute_s: seconds,
+            wall_s: seconds,
+            ..EpochStats::default()
+        })
+    }
+
+    fn params_hash(&self) -> Option<u64> {
+        None
     }
 }
 

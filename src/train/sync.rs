@@ -19,6 +19,8 @@ pub struct SyncStats {
     pub bytes: u64,
     /// Seconds in MPI.
     pub seconds: f64,
+    /// Whether every exchanged value's sum is finite (the same on every rank).
+    pub finite: bool,
 }
 
 /// Every variable of `vs` (parameters and buffers) in name order: the VarStore's map
@@ -94,10 +96,14 @@ fn weighted_sum<C: Communicator>(
         Ok(())
     })?;
     let summed = extra.map_or(0.0, |_| reduced[values]);
+    // A group of one rank exchanges nothing, whatever the call costs.
+    let sent = if comm.size() > 1 { total } else { 0 };
     Ok((
         SyncStats {
-            bytes: (total * std::mem::size_of::<f32>()) as u64,
+            bytes: (sent * std::mem::size_of::<f32>()) as u64,
             seconds,
+            // The sum is the same on every rank, so is this verdict.
+            finite: reduced[..values].iter().all(|x| x.is_finite()),
         },
         summed,
     ))

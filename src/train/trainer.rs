@@ -17,9 +17,10 @@ use serde::{Deserialize, Serialize};
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
+use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
 use super::sync::{all_variables, float_buffers, sync_gradients_with_flag};
-use super::{average_buffers, EpochStats, TrainError};
+use super::{average_buffers, EpochStats, TrainError, Trainer, TrialRun};
 use crate::arch::Graph;
 use crate::data::{Augment, Loader, LoaderConfig, Pack};
 use crate::model::Net;
@@ -47,6 +48,7 @@ impl Precision {
 
 /// How every trial of a run trains (from the preset and the command line).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TrainConfig {
     /// Peak learning rate for a global batch of 256; scaled linearly with the global batch
     /// (Goyal et al., "Accurate, large minibatch SGD", 2017).
@@ -103,8 +105,53 @@ pub struct TrialTrainer<'c, C: Communicator> {
     train: Loader,
     val: Loader,
     schedule: LrSchedule,
+    scaler: Option<LossScaler>,
     bucket: Vec<f32>,
     reduced: Vec<f32>,
+}
+
+/// The libtorch trainer: data-parallel over the group, on this rank's device.
+pub struct RealTrainer {
+    /// How every trial trains.
+    pub cfg: TrainConfig,
+    /// This rank's device.
+    pub device: Device,
+    /// The training split.
+    pub train_pack: Arc<Pack>,
+    /// The validation split.
+    pub val_pack: Arc<Pack>,
+}
+
+impl Trainer for RealTrainer {
+    fn start<'c>(
+        &'c self,
+        comm: &'c mpi::topology::SimpleCommunicator,
+        spec: &TrialSpec,
+        _round: u32,
+    ) -> Result<Box<dyn TrialRun + 'c>, TrainError> {
+        Ok(Box::new(TrialTrainer::new(
+            comm,
+            &self.cfg,
+            self.device,
+            &self.train_pack,
+            &self.val_pack,
+            spec,
+        )?))
+    }
+
+    fn name(&self) -> &'static str {
+        "real"
+    }
+}
+
+impl<C: Communicator> TrialRun for TrialTrainer<'_, C> {
+    fn epoch(&mut self, epoch: u32, stop: &dyn Fn() -> bool) -> Result<EpochStats, TrainError> {
+        TrialTrainer::epoch(self, epoch, stop)
+    }
+
+    fn params_hash(&self) -> Option<u64> {
+        Some(TrialTrainer::params_hash(self))
+    }
 }
 
 /// Waits for the device's queued work, so that wall-clock intervals measure it.
@@ -221,6 +268,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                 warmup_epochs: cfg.warmup_epochs,
                 total_epochs: f64::from(spec.epochs.max(1)),
             },
+            scaler: (cfg.precision == Precision::Fp16).then(LossScaler::default),
             bucket: Vec::new(),
             reduced: Vec::new(),
         })
@@ -237,7 +285,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let steps_u32 = u32::try_from(steps).unwrap_or(u32::MAX);
         let smoothing = self.cfg.label_smoothing;
         let fp16 = self.cfg.precision == Precision::Fp16;
-        let mut loss_sum = 0f64;
+        let (mut loss_sum, mut applied) = (0f64, 0usize);
         let mut batches = self.train.epoch(u64::from(epoch - 1));
         for step in 0..steps {
             let waited = Instant::now();
@@ -263,14 +311,20 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                     smoothing,
                 )
             })?;
-            loss.f_backward()?;
-            loss_sum += loss.f_double_value(&[])? * f64::from(weight);
+            // fp16: backward through the scaled loss, unscaled inside the exchange's weight.
+            let scale = self.scaler.as_ref().map_or(1.0, LossScaler::scale);
+            if scale == 1.0 {
+                loss.f_backward()?;
+            } else {
+                loss.f_mul_scalar(scale)?.f_backward()?;
+            }
+            let step_loss = loss.f_double_value(&[])? * f64::from(weight);
             synchronize(self.device);
             stats.compute_s += computing.elapsed().as_secs_f64();
             let (s, abandon) = sync_gradients_with_flag(
                 self.comm,
                 &self.vars,
-                weight,
+                (f64::from(weight) / scale) as f32,
                 stop(),
                 &mut self.bucket,
                 &mut self.reduced,
@@ -282,6 +336,14 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                 stats.wall_s = started.elapsed().as_secs_f64();
                 return Ok(stats);
             }
+            match self.scaler.as_mut().map(|sc| sc.update(s.finite)) {
+                None if !s.finite => return Ok(self.failed(stats, started)),
+                Some(StepAction::GiveUp) => return Ok(self.failed(stats, started)),
+                Some(StepAction::Skip) => continue,
+                _ => {}
+            }
+            loss_sum += step_loss;
+            applied += 1;
             let updating = Instant::now();
             self.opt.step();
             synchronize(self.device);
@@ -340,12 +402,28 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         stats.train_images = self.train.samples_per_epoch() as u64;
         stats.val_images = total[3] as u64;
         // The per-step losses are already weighted by shard; summed over ranks they are the
-        // global batches' mean losses.
-        stats.train_loss = total[0] / steps.max(1) as f64;
+        // global batches' mean losses (of the steps applied: fp16 skips overflowing ones).
+        stats.train_loss = total[0] / applied.max(1) as f64;
         stats.val_loss = total[1] / total[3].max(1.0);
         stats.val_accuracy = total[2] / total[3].max(1.0);
         stats.wall_s = started.elapsed().as_secs_f64();
         Ok(stats)
+    }
+
+    /// The epoch's statistics so far, marked as failed by a non-finite loss.
+    fn failed(&self, mut stats: EpochStats, started: Instant) -> EpochStats {
+        log::warn!(
+            "rank {}: the training loss became non-finite{}: the trial fails",
+            self.comm.rank(),
+            if self.scaler.is_some() {
+                " and stayed so down to the smallest loss scale"
+            } else {
+                ""
+            }
+        );
+        stats.non_finite = true;
+        stats.wall_s = started.elapsed().as_secs_f64();
+        stats
     }
 
     /// A hash of every variable's bits in name order: equal on every rank of the group when

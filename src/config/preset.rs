@@ -2,11 +2,13 @@
 //! architecture, run length, epoch budgets, hyperparameter space and training settings of a
 //! benchmark run. `imagenet` is the official configuration (DESIGN.md §3 and §5);
 //! `fashion-mnist` is the small default that `make run` uses; `cifar10` sits between. A
-//! JSON file with the same fields defines a custom run. Command-line flags override fields.
+//! JSON file with the same fields defines a custom run (unknown keys are errors, at every
+//! level). Command-line flags override some fields (see `super::RunFlags`).
 
 use serde::{Deserialize, Serialize};
 
 use crate::data::Augment;
+use crate::search::Hparams;
 use crate::train::{Precision, TrainConfig};
 
 /// A complete run configuration before command-line overrides.
@@ -43,6 +45,13 @@ fn positive(v: f64) -> bool {
 fn non_negative(v: f64) -> bool {
     v.is_finite() && v >= 0.0
 }
+
+/// The longest run a preset or `--duration` may ask for: a year, in seconds.
+pub const MAX_DURATION_S: f64 = 3.2e7;
+/// The largest epoch budget.
+pub const MAX_EPOCHS: u32 = 10_000;
+/// The largest per-rank batch size.
+pub const MAX_BATCH: u32 = 65_536;
 
 /// The built-in presets' names.
 pub const PRESETS: [&str; 3] = ["fashion-mnist", "cifar10", "imagenet"];
@@ -160,27 +169,33 @@ impl Preset {
     /// Checks the ranges a run needs.
     pub fn validate(&self) -> Result<(), String> {
         let t = &self.train;
-        if !positive(self.duration_s) {
+        if !positive(self.duration_s) || self.duration_s > MAX_DURATION_S {
             return Err(format!(
-                "duration_s must be positive, got {}",
+                "duration_s must be positive and at most {MAX_DURATION_S:e} s (a year), got {}",
                 self.duration_s
             ));
         }
-        if self.epochs == 0 {
-            return Err("epochs must be at least 1".into());
+        if self.epochs == 0 || self.epochs > MAX_EPOCHS {
+            return Err(format!(
+                "epochs must be in 1..={MAX_EPOCHS}, got {}",
+                self.epochs
+            ));
         }
         if !positive(self.patience_scale) {
             return Err("patience_scale must be positive".into());
         }
-        if self.batch_size.0 == 0 || self.batch_size.0 > self.batch_size.1 {
+        if self.batch_size.0 == 0
+            || self.batch_size.0 > self.batch_size.1
+            || self.batch_size.1 > MAX_BATCH
+        {
             return Err(format!(
-                "batch_size must be a range 1 <= min <= max, got {:?}",
+                "batch_size must be a range 1 <= min <= max <= {MAX_BATCH}, got {:?}",
                 self.batch_size
             ));
         }
-        if self.kernel_sizes.is_empty() || self.kernel_sizes.iter().any(|k| k % 2 == 0) {
+        if self.kernel_sizes.is_empty() || self.kernel_sizes.iter().any(|&k| k % 2 == 0 || k > 15) {
             return Err(format!(
-                "kernel_sizes must be odd sizes, got {:?}",
+                "kernel_sizes must be odd sizes up to 15, got {:?}",
                 self.kernel_sizes
             ));
         }
@@ -204,7 +219,24 @@ impl Preset {
         if !positive(self.score_interval_s) {
             return Err("score_interval_s must be positive".into());
         }
+        t.augment
+            .check_params()
+            .map_err(|e| format!("train.augment: {e}"))?;
+        t.val_augment
+            .check_params()
+            .map_err(|e| format!("train.val_augment: {e}"))?;
         Ok(())
+    }
+
+    /// The hyperparameters of warm-up trials without a trained father (DESIGN.md §2: rounds
+    /// 1–3 use the father's best hyperparameters or the preset's defaults): the batch size
+    /// in the middle of the range, the first kernel size.
+    pub fn default_hparams(&self) -> Hparams {
+        let (lo, hi) = self.batch_size;
+        Hparams {
+            batch_size: lo + (hi - lo) / 2,
+            kernel_size: self.kernel_sizes.first().copied().unwrap_or(3),
+        }
     }
 }
 

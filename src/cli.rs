@@ -1,0 +1,222 @@
+//! The command line: clap's types for every subcommand, and the range checks of their
+//! flags (done before any I/O; each error names its flag). `aiperf run`'s flags are
+//! [`crate::config::RunFlags`].
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::arch::Shape;
+use crate::config::RunFlags;
+use crate::data::Augment;
+
+/// AIPerf: an AutoML benchmark for AI supercomputers.
+#[derive(Parser, Debug)]
+#[command(name = "aiperf", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    /// The subcommand.
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Report what this build and machine provide (libtorch, CUDA, MPI, HDF5), per rank.
+    Doctor(DoctorArgs),
+    /// Check a prepared dataset: verify its checksum, run the loader over it, report
+    /// throughput and the statistics of the normalised tensors.
+    DataCheck(DataCheckArgs),
+    /// Count the operations of an architecture per layer (DESIGN.md §4): a built-in
+    /// (resnet50, resnet20, resnet18) or an IR JSON file.
+    Ops(OpsArgs),
+    /// Run the architecture search and TPE against a synthetic accuracy model (no training)
+    /// and print the trajectory.
+    SearchSim(SearchSimArgs),
+    /// Check data-parallel training under MPI: every rank trains a tiny model on its shard
+    /// with gradient exchange, and all must keep bit-identical parameters.
+    DpCheck(DpCheckArgs),
+    /// The benchmark under MPI: rank 0 the primary, the other ranks replica groups that
+    /// search architectures and train them data-parallel; prints the score at the end.
+    Run(Box<RunFlags>),
+    /// Profile the interconnect: all-reduce and the training's gradient exchange over a sweep
+    /// of sizes, over the whole world and within groups (algorithm and bus bandwidth).
+    CommBench(CommBenchArgs),
+    /// Score runs from their HDF5 records (DESIGN.md §5); the same as `aiperf-score`.
+    Score(aiperf_records::cli::ScoreArgs),
+}
+
+/// `aiperf doctor`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct DoctorArgs {
+    /// One JSON object per rank instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `aiperf dp-check`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct DpCheckArgs {
+    /// SGD steps.
+    #[arg(long, default_value_t = 6)]
+    pub steps: u32,
+    /// Batch norm on running statistics: the update must then equal one process's.
+    #[arg(long)]
+    pub frozen_bn: bool,
+}
+
+/// `aiperf comm-bench`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct CommBenchArgs {
+    /// Smallest message, bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub min_bytes: u64,
+    /// Largest message, bytes.
+    #[arg(long, default_value_t = 64 << 20)]
+    pub max_bytes: u64,
+    /// Timed operations per size.
+    #[arg(long, default_value_t = 20)]
+    pub iters: usize,
+    /// Untimed operations per size first.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+    /// Also sweep within groups of this many consecutive ranks.
+    #[arg(long)]
+    pub group_size: Option<usize>,
+    /// One JSON object per row instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `aiperf search-sim`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct SearchSimArgs {
+    /// Start architecture: resnet20, resnet18 or resnet50.
+    #[arg(long, default_value = "resnet20")]
+    pub start: String,
+    /// Input size HxWxC.
+    #[arg(long, default_value = "32x32x3")]
+    pub input: Shape,
+    /// Number of classes.
+    #[arg(long, default_value_t = 10)]
+    pub classes: u32,
+    /// Trials to simulate.
+    #[arg(long, default_value_t = 30)]
+    pub trials: u64,
+    /// Threads of the search's rayon pool.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Seed of the search, TPE and the synthetic model.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// One JSON object per trial instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `aiperf ops`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct OpsArgs {
+    /// resnet50, resnet20, resnet18, or a path to an architecture JSON file.
+    #[arg(long)]
+    pub arch: String,
+    /// Input size HxWxC for a built-in architecture (default 224x224x3).
+    #[arg(long)]
+    pub input: Option<Shape>,
+    /// Number of classes for a built-in architecture (default 1000).
+    #[arg(long)]
+    pub classes: Option<u32>,
+    /// Print JSON (per-layer counts and totals) instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `aiperf data-check`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct DataCheckArgs {
+    /// Folder holding train.aipk / val.aipk (from aiperf-data-prep).
+    #[arg(long)]
+    pub data: PathBuf,
+    /// Split to load.
+    #[arg(long, default_value = "train")]
+    pub split: String,
+    /// Global batch size.
+    #[arg(long, default_value_t = 256)]
+    pub batch: usize,
+    /// Loader worker threads.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// none, crop-flip:PAD, random-resized-crop:SIZE or center-crop:SIZE.
+    #[arg(long, default_value = "none")]
+    pub augment: Augment,
+    /// Epochs to run.
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u64,
+    /// Shuffle seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// A flag outside its range: the flag, its value and the range allowed.
+fn range<T: PartialOrd + std::fmt::Display>(flag: &str, v: T, lo: T, hi: T) -> anyhow::Result<()> {
+    if lo <= v && v <= hi {
+        Ok(())
+    } else {
+        anyhow::bail!("{flag} must be in {lo}..={hi}, got {v}")
+    }
+}
+
+/// The largest message `comm-bench` sweeps to (its buffers are allocated whole).
+pub const MAX_COMM_BYTES: u64 = 1 << 30;
+
+impl CommBenchArgs {
+    /// Checks every flag's range.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        range("--max-bytes", self.max_bytes, 1, MAX_COMM_BYTES)?;
+        range("--min-bytes", self.min_bytes, 1, self.max_bytes)?;
+        range("--iters", self.iters, 1, 1_000_000)?;
+        range("--warmup", self.warmup, 0, 1_000_000)?;
+        if let Some(g) = self.group_size {
+            range("--group-size", g, 1, 1 << 20)?;
+        }
+        Ok(())
+    }
+}
+
+impl SearchSimArgs {
+    /// Checks every flag's range.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        range("--trials", self.trials, 1, 1_000_000)?;
+        range("--threads", self.threads, 1, crate::config::MAX_THREADS)?;
+        range("--classes", self.classes, 1, 1 << 20)
+    }
+}
+
+impl DataCheckArgs {
+    /// Checks every flag's range.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        range("--batch", self.batch, 1, 1 << 24)?;
+        range("--workers", self.workers, 1, 1024)?;
+        range("--epochs", self.epochs, 1, 1_000_000)?;
+        self.augment
+            .check_params()
+            .map_err(|e| anyhow::anyhow!("--augment: {e}"))
+    }
+}
+
+impl DpCheckArgs {
+    /// Checks every flag's range.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        range("--steps", self.steps, 1, 100_000)
+    }
+}
+
+impl OpsArgs {
+    /// Checks every flag's range.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if let Some(c) = self.classes {
+            range("--classes", c, 1, 1 << 24)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,112 @@
+//! Setting a run up across the world: which node each rank is on (shared-memory split), the
+//! layout of roles, each training rank's device and threads, the common clock, every
+//! rank's host and device name (variable-size gathers), and the run's start time t0.
+
+use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::Communicator;
+
+use super::clock::{self, Clock};
+use super::layout::{layout, Layout};
+use super::transport::all_gather_strings;
+use crate::config::TrainerKind;
+
+/// Where this rank runs and on what.
+#[derive(Clone, Debug)]
+pub struct Placement {
+    /// Every rank's role.
+    pub layout: Layout,
+    /// This rank's index among its node's training ranks (`None` for the primary).
+    pub local: Option<usize>,
+    /// CPU threads of this rank's libtorch.
+    pub threads: usize,
+    /// This rank's device.
+    pub device: tch::Device,
+    /// Its name for the records.
+    pub device_name: String,
+}
+
+/// Collective: finds every rank's node and places this rank. The same error on every rank
+/// when the layout does not fit.
+pub fn place(
+    world: &SimpleCommunicator,
+    trainer: TrainerKind,
+    group_size: Option<usize>,
+    threads: Option<usize>,
+    sim_ops: f64,
+) -> Result<Placement, String> {
+    let rank = world.rank() as usize;
+    // Node of every rank: the lowest world rank sharing its memory.
+    let node = world.split_shared(0);
+    let mut lowest = 0i32;
+    node.all_reduce_into(&world.rank(), &mut lowest, SystemOperation::min());
+    let mut nodes = vec![0i32; world.size() as usize];
+    world.all_gather_into(&lowest, &mut nodes[..]);
+    let nodes: Vec<u64> = nodes.iter().map(|&n| n as u64).collect();
+    let layout = layout(&nodes, group_size)?;
+    // This rank's place among the node's training ranks: its GPU, or its share of the cores.
+    let trainers_on_node: Vec<usize> = (0..nodes.len())
+        .filter(|&r| nodes[r] == nodes[rank] && layout.group_of[r].is_some())
+        .collect();
+    let local = trainers_on_node.iter().position(|&r| r == rank);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = threads.unwrap_or((cores / trainers_on_node.len().max(1)).max(1));
+    let device = match local {
+        Some(i) if trainer == TrainerKind::Real && tch::Cuda::is_available() => {
+            tch::Device::Cuda(i % tch::Cuda::device_count().max(1) as usize)
+        }
+        _ => tch::Device::Cpu,
+    };
+    let device_name = match (trainer, local, device) {
+        (_, None, _) => "primary".to_string(),
+        (TrainerKind::Simulated, _, _) => format!("simulated {sim_ops:.3e} OPS"),
+        (TrainerKind::Real, _, tch::Device::Cuda(i)) => format!("cuda:{i}"),
+        (TrainerKind::Real, _, _) => format!("cpu ({threads} threads)"),
+    };
+    Ok(Placement {
+        layout,
+        local,
+        threads,
+        device,
+        device_name,
+    })
+}
+
+/// What every rank knows about the others after set-up.
+#[derive(Clone, Debug)]
+pub struct Common {
+    /// This rank's view of rank 0's clock.
+    pub clock: Clock,
+    /// Every rank's (offset, uncertainty) to rank 0, seconds.
+    pub offsets: Vec<(f64, f64)>,
+    /// Every rank's host name.
+    pub hosts: Vec<String>,
+    /// Every rank's device name.
+    pub devices: Vec<String>,
+    /// The run's start on the common clock (a resumed run's original start).
+    pub t0_s: f64,
+}
+
+/// This machine's host name.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Collective: the common clock, hosts, devices and t0 (rank 0's now, or `resumed_t0`).
+pub fn common(world: &SimpleCommunicator, place: &Placement, resumed_t0: Option<f64>) -> Common {
+    let (clock, offsets) = clock::synchronise(world);
+    let hosts = all_gather_strings(world, &host_name());
+    let devices = all_gather_strings(world, &place.device_name);
+    let mut t0 = [resumed_t0.unwrap_or_else(|| clock.now())];
+    world.process_at_rank(0).broadcast_into(&mut t0[..]);
+    Common {
+        clock,
+        offsets,
+        hosts,
+        devices,
+        t0_s: t0[0],
+    }
+}

@@ -1,0 +1,309 @@
+//! A replica group's side of the run: the leader (registers candidates from its background
+//! generator, asks for hyperparameters, broadcasts each trial, records every epoch, reports
+//! results) and the members (train what the leader broadcasts), both over one
+//! [`crate::train::Trainer`].
+
+mod trial;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aiperf_records::writer::GroupWriter;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::Communicator;
+use serde::{Deserialize, Serialize};
+
+use super::generator::Generator;
+use super::protocol::{ToGroup, ToPrimary};
+use super::run::RunContext;
+use super::transport::{ask, broadcast_value, tell, TransportError};
+use crate::monitor::Monitor;
+use crate::search::{BayesConfig, Observed};
+use crate::seeds::mix;
+use crate::train::schedule::{epoch_budget, predict_final_accuracy};
+use crate::train::{TrainError, TrialSpec};
+use trial::{run_trial, LeaderSide, TrialId, TrialOutcome};
+
+/// Why a group rank failed (fatal for the run).
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    /// Talking to the primary or the group failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The trainer failed.
+    #[error(transparent)]
+    Train(#[from] TrainError),
+    /// The records could not be written.
+    #[error(transparent)]
+    Record(#[from] aiperf_records::RecordError),
+    /// The architecture does not infer.
+    #[error(transparent)]
+    Arch(#[from] crate::arch::ArchError),
+    /// The ranks' parameters differ after the exchange.
+    #[error("model {model_id}, epoch {epoch}: the ranks of the group hold different parameters after the gradient exchange (run `aiperf dp-check` under the same launcher to diagnose)")]
+    Diverged {
+        /// The model.
+        model_id: u64,
+        /// The epoch.
+        epoch: u32,
+    },
+    /// An epoch's operation count does not fit the records' u64.
+    #[error("model {model_id}: the epoch's {what} exceed 2^64 (use fewer images per epoch)")]
+    OpsOverflow {
+        /// The model.
+        model_id: u64,
+        /// Which count.
+        what: &'static str,
+    },
+    /// The generator failed.
+    #[error("architecture generator: {0}")]
+    Generator(String),
+    /// The records folder could not be created.
+    #[error("creating {path}: {source}")]
+    Folder {
+        /// The folder.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// What a leader tells its group before each trial.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+enum GroupOrder {
+    /// Train this trial.
+    Train {
+        /// Global model id.
+        model_id: u64,
+        /// The group's round (0-based).
+        round: u32,
+        /// What to train.
+        spec: TrialSpec,
+    },
+    /// The run is over.
+    End,
+}
+
+/// Adds a history delta from the primary to the leader's view; false when the reply was
+/// not a history (the run is over).
+fn absorb(reply: ToGroup, history: &mut Vec<Observed>) -> bool {
+    match reply {
+        ToGroup::History(delta) | ToGroup::Welcome { history: delta, .. } => {
+            history.extend(delta.into_iter().map(|e| Observed {
+                id: e.model_id,
+                descriptor: e.graph.descriptor(),
+                graph: Arc::new(e.graph),
+                accuracy: e.accuracy,
+            }));
+            true
+        }
+        _ => false,
+    }
+}
+
+/// The leader's running figures for its closing log line.
+#[derive(Default)]
+struct Busy {
+    trials: u32,
+    busy_s: f64,
+    in_trials_s: f64,
+    epochs: u32,
+    warm: Option<(Instant, f64)>,
+}
+
+impl Busy {
+    fn add(&mut self, out: &TrialOutcome) {
+        self.trials += 1;
+        self.busy_s += out.busy_s;
+        self.in_trials_s += out.wall_s;
+        self.epochs += out.epochs;
+        // From the end of the first trial on, the generator's buffer is warm.
+        match self.warm {
+            Some((_, ref mut b)) => *b += out.busy_s,
+            None => self.warm = Some((Instant::now(), 0.0)),
+        }
+    }
+}
+
+/// A group leader: registers candidates from its background generator, has the group
+/// train them, and reports results until told to stop.
+pub fn leader<C: Communicator>(
+    world: &C,
+    group_comm: &SimpleCommunicator,
+    group: u32,
+    ctx: &RunContext,
+) -> Result<(), GroupError> {
+    // The folder may be node-local (no shared filesystem needed): create it here too.
+    std::fs::create_dir_all(&ctx.results).map_err(|source| GroupError::Folder {
+        path: ctx.results.display().to_string(),
+        source,
+    })?;
+    let first_kernel = ctx.kernel_sizes.first().copied().unwrap_or(3);
+    let bayes = BayesConfig {
+        threads: ctx.search_threads,
+        seed: ctx.seed ^ u64::from(group),
+        ..BayesConfig::default()
+    };
+    let mut generator =
+        Generator::start(bayes, ctx.start.clone(), group, ctx.seed, first_kernel, 1)
+            .map_err(GroupError::Generator)?;
+    let mut history: Vec<Observed> = Vec::new();
+    let host = ctx
+        .hosts
+        .get(world.rank() as usize)
+        .cloned()
+        .unwrap_or_default();
+    let ranks = group_comm.size() as u32;
+    let welcome = ask(world, &ToPrimary::Hello { group, ranks, host })?;
+    // A resumed run goes on from the group's round (budgets, patience, predictions).
+    let mut round = match welcome {
+        ToGroup::Welcome { round, .. } => round,
+        _ => 0,
+    };
+    let running = absorb(welcome, &mut history);
+    // After the welcome: the primary has read a resumed run's records by then.
+    let writer = if ctx.resume {
+        GroupWriter::open_or_create(&ctx.results, group, ranks)
+    } else {
+        GroupWriter::create(&ctx.results, group, ranks)
+    }?;
+    generator.update(history.clone(), first_kernel);
+    let clock = ctx.clock;
+    let monitor = Monitor::start(Duration::from_secs_f64(ctx.monitor_interval_s), move || {
+        clock.now()
+    });
+    let side = LeaderSide {
+        world,
+        writer: &writer,
+        group,
+        monitor: &monitor,
+    };
+    let began = Instant::now();
+    let mut busy = Busy::default();
+    if running {
+        while let Some(out) =
+            lead_trial(&side, group_comm, ctx, &mut generator, &mut history, round)?
+        {
+            busy.add(&out);
+            round += 1;
+            if out.stop_run {
+                break;
+            }
+        }
+    }
+    broadcast_value(group_comm, Some(&GroupOrder::End))?;
+    log_busy(group, &busy, began, generator.waited_s());
+    if ctx.trainer.name() == "real" {
+        log::info!(
+            "group {group}: parameters bit-identical on all {} ranks after each of {} epochs",
+            group_comm.size(),
+            busy.epochs
+        );
+    }
+    drop(generator);
+    side.flush_monitor()?;
+    drop(monitor);
+    // Close the records before saying goodbye: rank 0 reads them once every group has.
+    drop(writer);
+    tell(world, &ToPrimary::Bye { group });
+    Ok(())
+}
+
+/// One trial led by the leader: a candidate the primary accepts, its hyperparameters, the
+/// group's training, the result. `None` when the primary says the run is over.
+fn lead_trial<C: Communicator>(
+    side: &LeaderSide<'_, C>,
+    group_comm: &SimpleCommunicator,
+    ctx: &RunContext,
+    generator: &mut Generator,
+    history: &mut Vec<Observed>,
+    round: u32,
+) -> Result<Option<TrialOutcome>, GroupError> {
+    let (world, group) = (side.world, side.group);
+    let (model_id, candidate) = loop {
+        let c = generator.take().map_err(GroupError::Generator)?;
+        let register = ToPrimary::Register {
+            group,
+            father: c.father,
+            graph: c.graph.clone(),
+        };
+        match ask(world, &register)? {
+            ToGroup::Registered { model_id } => break (model_id, c),
+            ToGroup::Duplicate => {}
+            _ => return Ok(None),
+        }
+    };
+    let suggest = ToPrimary::Suggest {
+        group,
+        round,
+        father: candidate.father,
+    };
+    let ToGroup::Hparams(mut h) = ask(world, &suggest)? else {
+        return Ok(None);
+    };
+    generator.update(history.clone(), h.kernel_size);
+    // The kernel size that really shaped the candidate is the one recorded.
+    h.kernel_size = candidate.kernel;
+    let spec = TrialSpec {
+        graph: candidate.graph,
+        hparams: h,
+        seed: mix(ctx.seed ^ mix(model_id)),
+        epochs: epoch_budget(round + 1, ctx.epochs),
+    };
+    let order = GroupOrder::Train {
+        model_id,
+        round,
+        spec: spec.clone(),
+    };
+    broadcast_value(group_comm, Some(&order))?;
+    let id = TrialId { model_id, round };
+    let mut out = run_trial(group_comm, ctx, id, &spec, Some(side))?;
+    let reported = if round < 3 && !out.failed {
+        predict_final_accuracy(&out.curve, ctx.epochs)
+    } else {
+        out.best
+    };
+    let result = ToPrimary::Result {
+        group,
+        model_id,
+        accuracy: out.best,
+        reported,
+        epochs: out.epochs,
+        hparams: h,
+        failed: out.failed,
+    };
+    let reply = ask(world, &result)?;
+    out.stop_run |= !absorb(reply, history);
+    generator.update(history.clone(), h.kernel_size);
+    Ok(Some(out))
+}
+
+fn log_busy(group: u32, b: &Busy, began: Instant, waited_s: f64) {
+    let wall = began.elapsed().as_secs_f64().max(1e-9);
+    let warm_pct = b.warm.map_or(0.0, |(t, busy)| {
+        100.0 * busy / t.elapsed().as_secs_f64().max(1e-9)
+    });
+    log::info!(
+        "group {group}: {} trials; leader busy in train/eval steps and exchanges {:.1}% of the run, {warm_pct:.1}% after the first trial, {:.1}% of trial time; waited {waited_s:.2} s for the generator",
+        b.trials,
+        100.0 * b.busy_s / wall,
+        100.0 * b.busy_s / b.in_trials_s.max(1e-9),
+    );
+}
+
+/// A non-leader rank of a group: trains each trial the leader broadcasts until the end.
+pub fn member(group_comm: &SimpleCommunicator, ctx: &RunContext) -> Result<(), GroupError> {
+    loop {
+        match broadcast_value::<_, GroupOrder>(group_comm, None)? {
+            GroupOrder::End => return Ok(()),
+            GroupOrder::Train {
+                model_id,
+                round,
+                spec,
+            } => {
+                let id = TrialId { model_id, round };
+                run_trial::<SimpleCommunicator>(group_comm, ctx, id, &spec, None)?;
+            }
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! One trial on every rank of a group: the trainer's epochs, the per-epoch parameter check,
+//! and the leader's verdict after each epoch (go on, early stop, trial failed, run over),
+//! broadcast so the group moves together. The leader records every completed epoch and
+//! reports it to the primary.
+
+use std::time::Instant;
+
+use aiperf_records::schema::EpochRow;
+use aiperf_records::writer::GroupWriter;
+use mpi::collective::{CommunicatorCollectives, Root};
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::Communicator;
+
+use super::GroupError;
+use crate::cluster::protocol::{ToGroup, ToPrimary};
+use crate::cluster::run::RunContext;
+use crate::cluster::transport::ask;
+use crate::monitor::Monitor;
+use crate::ops::OpCount;
+use crate::train::schedule::{patience, EarlyStopping};
+use crate::train::{EpochStats, TrialRun, TrialSpec};
+
+/// The leader's per-epoch verdict, broadcast to the group.
+const STOP_TRIAL: u8 = 0;
+const GO_ON: u8 = 1;
+const STOP_RUN: u8 = 2;
+const FAILED: u8 = 3;
+
+/// The leader's side of a trial: records and the primary.
+pub struct LeaderSide<'a, C: Communicator> {
+    /// The world (to reach the primary).
+    pub world: &'a C,
+    /// The group's records.
+    pub writer: &'a GroupWriter,
+    /// The group.
+    pub group: u32,
+    /// Resource samples to write with each epoch.
+    pub monitor: &'a Monitor,
+}
+
+impl<C: Communicator> LeaderSide<'_, C> {
+    /// Writes the resource samples taken since the last call.
+    pub fn flush_monitor(&self) -> Result<(), GroupError> {
+        for row in self.monitor.drain() {
+            self.writer.append_monitor(&row)?;
+        }
+        Ok(())
+    }
+}
+
+/// How a trial ended.
+#[derive(Clone, Debug, Default)]
+pub struct TrialOutcome {
+    /// Best validation accuracy of its completed epochs.
+    pub best: f64,
+    /// Validation accuracy after each completed epoch.
+    pub curve: Vec<f64>,
+    /// Completed epochs.
+    pub epochs: u32,
+    /// The run is over.
+    pub stop_run: bool,
+    /// The loss became non-finite.
+    pub failed: bool,
+    /// Seconds inside train/eval steps and exchanges (abandoned epochs included).
+    pub busy_s: f64,
+    /// The trial's wall time.
+    pub wall_s: f64,
+}
+
+/// Identifies the trial being trained.
+#[derive(Clone, Copy, Debug)]
+pub struct TrialId {
+    /// Global model id.
+    pub model_id: u64,
+    /// The group's round (0-based).
+    pub round: u32,
+}
+
+/// Trains one trial on every rank of the group; the leader (with `lead`) records each
+/// epoch, reports progress and decides whether to go on, and the group follows its verdict.
+pub fn run_trial<C: Communicator>(
+    comm: &SimpleCommunicator,
+    ctx: &RunContext,
+    id: TrialId,
+    spec: &TrialSpec,
+    lead: Option<&LeaderSide<'_, C>>,
+) -> Result<TrialOutcome, GroupError> {
+    let started = Instant::now();
+    let mut run = ctx.trainer.start(comm, spec, id.round)?;
+    let count = OpCount::of(&spec.graph)?;
+    let mut stopper = EarlyStopping::new(patience(id.round + 1, ctx.patience_scale), 0.001);
+    let mut out = TrialOutcome::default();
+    for epoch in 1..=spec.epochs {
+        // The leader watches the clock and the signals; with the real trainer its flag
+        // reaches every rank inside the gradient exchange, so the group stops together.
+        let e = run.epoch(epoch, &|| lead.is_some() && ctx.over())?;
+        out.busy_s += e.compute_s + e.allreduce_s;
+        if !e.abandoned && !e.non_finite && !replicas_agree(comm, run.as_ref()) {
+            return Err(GroupError::Diverged {
+                model_id: id.model_id,
+                epoch,
+            });
+        }
+        let mut verdict = [GO_ON];
+        if let Some(l) = lead {
+            verdict[0] = if e.abandoned || ctx.over() {
+                // Abandoned, or completed after the deadline: it does not count.
+                STOP_RUN
+            } else if e.non_finite {
+                log::warn!(
+                    "group {} model {}: loss non-finite in epoch {epoch}: the trial fails; its {} completed epoch(s) count",
+                    l.group,
+                    id.model_id,
+                    out.epochs
+                );
+                FAILED
+            } else {
+                let row = record_epoch(l, ctx, id, epoch, &e, &count)?;
+                out.epochs = epoch;
+                out.best = out.best.max(e.val_accuracy);
+                out.curve.push(e.val_accuracy);
+                log_epoch(l.group, id.model_id, epoch, spec.epochs, &e);
+                let reply = ask(
+                    l.world,
+                    &ToPrimary::Progress {
+                        group: l.group,
+                        model_id: id.model_id,
+                        epoch,
+                        val_accuracy: e.val_accuracy,
+                        ops: row.train_ops.saturating_add(row.val_ops),
+                    },
+                )?;
+                if !matches!(reply, ToGroup::Continue) {
+                    STOP_RUN
+                } else if stopper.update(e.val_loss) {
+                    STOP_TRIAL
+                } else {
+                    GO_ON
+                }
+            };
+        }
+        comm.process_at_rank(0).broadcast_into(&mut verdict[..]);
+        match verdict[0] {
+            GO_ON => {}
+            STOP_RUN => {
+                out.stop_run = true;
+                break;
+            }
+            FAILED => {
+                out.failed = true;
+                break;
+            }
+            _ => break,
+        }
+    }
+    out.wall_s = started.elapsed().as_secs_f64();
+    Ok(out)
+}
+
+/// Whether every rank of the group holds the same parameters (collective when the trainer
+/// has parameters).
+fn replicas_agree(comm: &SimpleCommunicator, run: &dyn TrialRun) -> bool {
+    let Some(mine) = run.params_hash() else {
+        return true;
+    };
+    let mut all = vec![0u64; comm.size() as usize];
+    comm.all_gather_into(&mine, &mut all[..]);
+    all.iter().all(|&h| h == mine)
+}
+
+/// Appends the epoch's row (and the monitor samples) to the group's records.
+fn record_epoch<C: Communicator>(
+    l: &LeaderSide<'_, C>,
+    ctx: &RunContext,
+    id: TrialId,
+    epoch: u32,
+    e: &EpochStats,
+    count: &OpCount,
+) -> Result<EpochRow, GroupError> {
+    let ops = |v: u128, what: &'static str| {
+        u64::try_from(v).map_err(|_| GroupError::OpsOverflow {
+            model_id: id.model_id,
+            what,
+        })
+    };
+    let row = EpochRow {
+        time_s: ctx.clock.now(),
+        trial: u64::from(id.round),
+        model_id: id.model_id,
+        epoch,
+        train_images: e.train_images,
+        val_images: e.val_images,
+        train_ops: ops(count.train_epoch(e.train_images, e.steps), "train_ops")?,
+        val_ops: ops(count.eval_epoch(e.val_images), "val_ops")?,
+        train_loss: e.train_loss,
+        val_loss: e.val_loss,
+        val_accuracy: e.val_accuracy,
+        compute_s: e.compute_s,
+        allreduce_s: e.allreduce_s,
+        allreduce_bytes: e.allreduce_bytes,
+        data_wait_s: e.data_wait_s,
+    };
+    l.writer.append_epoch(&row)?;
+    l.flush_monitor()?;
+    Ok(row)
+}
+
+fn log_epoch(group: u32, model_id: u64, epoch: u32, of: u32, e: &EpochStats) {
+    log::info!(
+        "group {group} model {model_id} epoch {epoch}/{of}: val acc {:.4}, loss {:.4}, {:.0} img/s, compute {:.1} s, all-reduce {:.2} s, data wait {:.2} s",
+        e.val_accuracy,
+        e.val_loss,
+        e.train_images as f64 / e.wall_s.max(1e-9),
+        e.compute_s,
+        e.allreduce_s,
+        e.data_wait_s
+    );
+}

@@ -1,0 +1,475 @@
+//! The primary (rank 0) as a state machine: model history, global model ids and
+//! machine-wide de-duplication, the search tree, TPE, every group's round, and the run's end.
+//! [`Primary::handle`] takes one message and the rank that sent it and returns the reply;
+//! it never reads the clock or MPI, so it is tested without `mpirun` (see `tests.rs`).
+//! State is indexed by the sender's rank, never by what a message claims. The MPI loop
+//! around it is in `serve`.
+
+mod serve;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{HashMap, HashSet};
+
+use aiperf_records::schema::{TpeRow, TrialRow, TrialStatus};
+use aiperf_records::writer::PrimaryWriter;
+use aiperf_records::RecordError;
+
+pub use serve::{serve, ServeConfig, ServeError, ServeOutcome};
+
+use super::protocol::{HistoryEntry, ToGroup, ToPrimary};
+use super::resume::Resumed;
+use crate::arch::{Descriptor, Graph};
+use crate::ops::OpCount;
+use crate::search::{Hparams, Space, Tpe, TpeConfig};
+
+/// Rounds 1–3 (0-based 0..3) are warm-up: no TPE (DESIGN.md §2/§3).
+pub const WARMUP_ROUNDS: u32 = 3;
+
+/// Where the primary's records go: `primary.h5`, or memory in tests.
+pub trait RecordSink {
+    /// A registered architecture.
+    fn architecture(&mut self, model_id: u64, json: &str) -> Result<(), RecordError>;
+    /// A TPE observation.
+    fn tpe(&mut self, row: &TpeRow) -> Result<(), RecordError>;
+    /// A finished, stopped or failed trial.
+    fn trial(&mut self, row: &TrialRow) -> Result<(), RecordError>;
+}
+
+impl RecordSink for PrimaryWriter {
+    fn architecture(&mut self, model_id: u64, json: &str) -> Result<(), RecordError> {
+        self.append_architecture(model_id, json)
+    }
+    fn tpe(&mut self, row: &TpeRow) -> Result<(), RecordError> {
+        self.append_tpe(row)
+    }
+    fn trial(&mut self, row: &TrialRow) -> Result<(), RecordError> {
+        self.append_trial(row)
+    }
+}
+
+/// Records kept in memory (tests, benchmarks).
+#[derive(Debug, Default)]
+pub struct MemorySink {
+    /// Architectures by model id, in arrival order.
+    pub architectures: Vec<(u64, String)>,
+    /// TPE observations.
+    pub tpe: Vec<TpeRow>,
+    /// Trials.
+    pub trials: Vec<TrialRow>,
+}
+
+impl RecordSink for MemorySink {
+    fn architecture(&mut self, model_id: u64, json: &str) -> Result<(), RecordError> {
+        self.architectures.push((model_id, json.to_string()));
+        Ok(())
+    }
+    fn tpe(&mut self, row: &TpeRow) -> Result<(), RecordError> {
+        self.tpe.push(*row);
+        Ok(())
+    }
+    fn trial(&mut self, row: &TrialRow) -> Result<(), RecordError> {
+        self.trials.push(*row);
+        Ok(())
+    }
+}
+
+/// A message the primary refuses: a protocol violation, fatal for the run.
+#[derive(Debug, thiserror::Error)]
+pub enum PrimaryError {
+    /// Only group leaders talk to the primary.
+    #[error("rank {rank} is not a group leader, yet sent a request (mismatched launch or aiperf builds?)")]
+    NotALeader {
+        /// The sender.
+        rank: i32,
+    },
+    /// A message claiming another group than the sender's.
+    #[error("rank {rank}, leader of group {actual}, sent a message for group {claimed}")]
+    WrongGroup {
+        /// The sender.
+        rank: i32,
+        /// The group in the message.
+        claimed: u32,
+        /// The sender's group.
+        actual: u32,
+    },
+    /// A model the group never registered.
+    #[error("group {group} reported model {model_id}, which it did not register")]
+    Unregistered {
+        /// The group.
+        group: u32,
+        /// The model id.
+        model_id: u64,
+    },
+    /// A registered architecture that does not infer.
+    #[error("group {group} registered an invalid architecture: {message}")]
+    BadGraph {
+        /// The group.
+        group: u32,
+        /// Why.
+        message: String,
+    },
+    /// A record could not be written.
+    #[error(transparent)]
+    Record(#[from] RecordError),
+    /// The search space is unusable.
+    #[error("{0}")]
+    Space(String),
+}
+
+/// What the primary needs to know at the start.
+#[derive(Clone, Debug)]
+pub struct PrimaryConfig {
+    /// World rank of each group's leader.
+    pub leaders: Vec<usize>,
+    /// The hyperparameter space.
+    pub space: Space,
+    /// Hyperparameters of warm-up trials without a trained father.
+    pub defaults: Hparams,
+    /// Seed of TPE.
+    pub seed: u64,
+    /// The run's end on the common clock.
+    pub deadline_s: f64,
+}
+
+/// Running totals for the status line.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Totals {
+    /// Epochs completed.
+    pub epochs: u64,
+    /// Their operations.
+    pub ops: u128,
+    /// Best validation accuracy.
+    pub best: f64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct GroupState {
+    synced: usize,
+    round: u32,
+    bye: bool,
+}
+
+#[derive(Clone, Debug)]
+struct Registered {
+    father: Option<u64>,
+    graph: Graph,
+    group: u32,
+    start_s: f64,
+}
+
+/// The primary's state.
+pub struct Primary<S: RecordSink> {
+    sink: S,
+    tpe: Tpe,
+    cfg: PrimaryConfig,
+    group_of_rank: HashMap<i32, u32>,
+    groups: Vec<GroupState>,
+    history: Vec<HistoryEntry>,
+    seen: HashSet<Descriptor>,
+    registered: HashMap<u64, Registered>,
+    done: HashMap<u64, Hparams>,
+    next_id: u64,
+    end: Option<f64>,
+    totals: Totals,
+}
+
+impl<S: RecordSink> Primary<S> {
+    /// A fresh primary writing to `sink`.
+    pub fn new(sink: S, cfg: PrimaryConfig) -> Result<Self, PrimaryError> {
+        let tpe = Tpe::new(
+            TpeConfig {
+                seed: cfg.seed,
+                ..TpeConfig::default()
+            },
+            cfg.space.clone(),
+        )
+        .map_err(PrimaryError::Space)?;
+        let group_of_rank = (cfg.leaders.iter().enumerate())
+            .map(|(g, &r)| (r as i32, g as u32))
+            .collect();
+        Ok(Primary {
+            sink,
+            tpe,
+            groups: vec![GroupState::default(); cfg.leaders.len()],
+            cfg,
+            group_of_rank,
+            history: Vec::new(),
+            seen: HashSet::new(),
+            registered: HashMap::new(),
+            done: HashMap::new(),
+            next_id: 0,
+            end: None,
+            totals: Totals::default(),
+        })
+    }
+
+    /// Takes over a stopped run's state (`--resume`).
+    pub fn restore(&mut self, r: Resumed) {
+        self.history = r.history;
+        self.seen = r.seen;
+        self.next_id = r.next_id;
+        for (g, round) in self.groups.iter_mut().zip(r.rounds) {
+            g.round = round;
+        }
+        for (h, loss) in r.tpe {
+            self.tpe.observe(h, loss);
+        }
+        self.done = r.hparams;
+        self.totals = r.totals;
+    }
+
+    /// The group whose leader is `rank`.
+    pub fn group_of(&self, rank: i32) -> Option<u32> {
+        self.group_of_rank.get(&rank).copied()
+    }
+
+    /// Whether group `g` has said goodbye.
+    pub fn said_bye(&self, g: usize) -> bool {
+        self.groups.get(g).is_some_and(|s| s.bye)
+    }
+
+    /// The run's end, once it was decided (the deadline, or the moment it was stopped).
+    pub fn end(&self) -> Option<f64> {
+        self.end
+    }
+
+    /// The status line's totals.
+    pub fn totals(&self) -> Totals {
+        self.totals
+    }
+
+    /// Trials finished (over the whole run) and running (registered in this session and
+    /// not finished).
+    pub fn trial_counts(&self) -> (usize, usize) {
+        (self.history.len(), self.registered.len())
+    }
+
+    /// The record sink (to close it).
+    pub fn into_sink(self) -> S {
+        self.sink
+    }
+
+    /// Handles one message from world rank `sender` at `now` on the common clock; `halt`
+    /// says the run must stop before its deadline (a signal, a stalled group). Returns the
+    /// reply to send, if any.
+    pub fn handle(
+        &mut self,
+        sender: i32,
+        msg: ToPrimary,
+        now: f64,
+        halt: bool,
+    ) -> Result<Option<ToGroup>, PrimaryError> {
+        let group = self
+            .group_of(sender)
+            .ok_or(PrimaryError::NotALeader { rank: sender })?;
+        let claimed = match &msg {
+            ToPrimary::Hello { group, .. }
+            | ToPrimary::Register { group, .. }
+            | ToPrimary::Suggest { group, .. }
+            | ToPrimary::Progress { group, .. }
+            | ToPrimary::Result { group, .. }
+            | ToPrimary::Bye { group } => *group,
+        };
+        if claimed != group {
+            return Err(PrimaryError::WrongGroup {
+                rank: sender,
+                claimed,
+                actual: group,
+            });
+        }
+        // Once the end is decided, every later request is told to stop.
+        let stopping = halt || now >= self.cfg.deadline_s || self.end.is_some();
+        if stopping && self.end.is_none() {
+            self.end = Some(now.min(self.cfg.deadline_s));
+        }
+        let stop_or = |reply: ToGroup| if stopping { ToGroup::Stop } else { reply };
+        Ok(match msg {
+            ToPrimary::Hello { .. } => Some(ToGroup::Welcome {
+                history: self.delta(group),
+                round: self.groups[group as usize].round,
+            }),
+            ToPrimary::Register { father, graph, .. } => Some(if stopping {
+                ToGroup::Stop
+            } else {
+                self.register(group, father, graph, now)?
+            }),
+            ToPrimary::Suggest { father, .. } => {
+                Some(stop_or(ToGroup::Hparams(self.suggest(group, father))))
+            }
+            ToPrimary::Progress {
+                model_id,
+                val_accuracy,
+                ops,
+                ..
+            } => {
+                self.owned(group, model_id)?;
+                self.totals.epochs += 1;
+                self.totals.ops += u128::from(ops);
+                self.totals.best = self.totals.best.max(val_accuracy);
+                Some(stop_or(ToGroup::Continue))
+            }
+            ToPrimary::Result {
+                model_id,
+                accuracy,
+                reported,
+                epochs,
+                hparams,
+                failed,
+                ..
+            } => {
+                let outcome = Outcome {
+                    accuracy,
+                    reported,
+                    epochs,
+                    hparams,
+                    failed,
+                };
+                self.result(group, model_id, outcome, stopping, now)?;
+                Some(if stopping {
+                    ToGroup::Stop
+                } else {
+                    ToGroup::History(self.delta(group))
+                })
+            }
+            ToPrimary::Bye { .. } => {
+                self.groups[group as usize].bye = true;
+                None
+            }
+        })
+    }
+
+    /// Models this group has not seen yet.
+    fn delta(&mut self, group: u32) -> Vec<HistoryEntry> {
+        let g = &mut self.groups[group as usize];
+        let out = self.history[g.synced..].to_vec();
+        g.synced = self.history.len();
+        out
+    }
+
+    fn register(
+        &mut self,
+        group: u32,
+        father: Option<u64>,
+        graph: Graph,
+        now: f64,
+    ) -> Result<ToGroup, PrimaryError> {
+        OpCount::of(&graph).map_err(|e| PrimaryError::BadGraph {
+            group,
+            message: e.to_string(),
+        })?;
+        // The primary derives the descriptor itself: it never trusts the sender's.
+        if !self.seen.insert(graph.descriptor()) {
+            return Ok(ToGroup::Duplicate);
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.sink.architecture(id, &graph.to_json())?;
+        self.registered.insert(
+            id,
+            Registered {
+                father,
+                graph,
+                group,
+                start_s: now,
+            },
+        );
+        Ok(ToGroup::Registered { model_id: id })
+    }
+
+    /// Warm-up rounds take the father's hyperparameters (or the preset's defaults); from
+    /// the fourth round on, TPE suggests.
+    fn suggest(&mut self, group: u32, father: Option<u64>) -> Hparams {
+        if self.groups[group as usize].round < WARMUP_ROUNDS {
+            return father
+                .and_then(|f| self.done.get(&f).copied())
+                .unwrap_or(self.cfg.defaults);
+        }
+        self.tpe.suggest()
+    }
+
+    fn owned(&self, group: u32, model_id: u64) -> Result<(), PrimaryError> {
+        let mine = self
+            .registered
+            .get(&model_id)
+            .is_some_and(|r| r.group == group)
+            || self.done.contains_key(&model_id);
+        if mine {
+            Ok(())
+        } else {
+            Err(PrimaryError::Unregistered { group, model_id })
+        }
+    }
+
+    fn result(
+        &mut self,
+        group: u32,
+        model_id: u64,
+        o: Outcome,
+        stopped: bool,
+        now: f64,
+    ) -> Result<(), PrimaryError> {
+        if self.done.contains_key(&model_id) {
+            // A repeated result: answered, not recorded twice.
+            log::warn!("group {group} reported model {model_id} again: ignored");
+            return Ok(());
+        }
+        let Some(reg) = self
+            .registered
+            .remove(&model_id)
+            .filter(|r| r.group == group)
+        else {
+            return Err(PrimaryError::Unregistered { group, model_id });
+        };
+        let state = &mut self.groups[group as usize];
+        let round = state.round;
+        state.round += 1;
+        // A failed trial tells TPE its hyperparameters are the worst.
+        let loss = if o.failed { 1.0 } else { 1.0 - o.reported };
+        self.tpe.observe(o.hparams, loss);
+        self.sink.tpe(&TpeRow {
+            time_s: now,
+            batch_size: o.hparams.batch_size,
+            kernel_size: o.hparams.kernel_size,
+            loss,
+        })?;
+        self.sink.trial(&TrialRow {
+            model_id,
+            father: reg.father.map_or(-1, |f| f as i64),
+            group,
+            round,
+            batch_size: o.hparams.batch_size,
+            kernel_size: o.hparams.kernel_size,
+            epochs: o.epochs,
+            best_accuracy: o.accuracy,
+            reported_accuracy: o.reported,
+            start_s: reg.start_s,
+            end_s: now,
+            status: match (o.failed, stopped) {
+                (true, _) => TrialStatus::Failed,
+                (false, true) => TrialStatus::Stopped,
+                (false, false) => TrialStatus::Finished,
+            },
+        })?;
+        self.done.insert(model_id, o.hparams);
+        if o.epochs > 0 {
+            self.history.push(HistoryEntry {
+                model_id,
+                father: reg.father,
+                graph: reg.graph,
+                accuracy: o.reported,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A trial's result as the leader reported it.
+#[derive(Clone, Copy, Debug)]
+struct Outcome {
+    accuracy: f64,
+    reported: f64,
+    epochs: u32,
+    hparams: Hparams,
+    failed: bool,
+}

@@ -1,0 +1,118 @@
+//! The primary's MPI loop: receives from any rank, hands each message with its sender to
+//! the state machine, sends the reply, prints the status line and runs the stall watchdog,
+//! until every group has said goodbye or stalled.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mpi::point_to_point::Destination;
+use mpi::traits::Communicator;
+
+use super::{Primary, PrimaryError, RecordSink};
+use crate::cluster::clock::Clock;
+use crate::cluster::protocol::{decode, encode, ToPrimary, DEFAULT_LIMIT_BYTES};
+use crate::cluster::status::{process_cpu_s, StatusLine};
+use crate::cluster::transport::{receive_any, TransportError};
+use crate::cluster::watchdog::Watchdog;
+use crate::config::Intervals;
+
+/// What the loop needs besides the state.
+pub struct ServeConfig<'a> {
+    /// The run's start on the common clock.
+    pub t0_s: f64,
+    /// The run's deadline on the common clock.
+    pub deadline_s: f64,
+    /// Rank 0's clock.
+    pub clock: Clock,
+    /// Status and stall intervals.
+    pub intervals: Intervals,
+    /// Every rank's host (for messages).
+    pub hosts: &'a [String],
+    /// World rank of each group's leader.
+    pub leaders: &'a [usize],
+    /// Set by SIGTERM/SIGINT.
+    pub interrupted: &'a AtomicBool,
+    /// The records folder (for messages).
+    pub records: &'a Path,
+}
+
+/// How serving ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServeOutcome {
+    /// The run's end on the common clock.
+    pub end_s: f64,
+    /// Groups that stalled.
+    pub stalled: Vec<usize>,
+}
+
+/// Why serving failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A message could not be received or decoded.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// A message broke the protocol, or a record failed.
+    #[error(transparent)]
+    Primary(#[from] PrimaryError),
+}
+
+/// Serves every group until each has said goodbye or stalled.
+pub fn serve<C: Communicator, S: RecordSink>(
+    world: &C,
+    p: &mut Primary<S>,
+    cfg: &ServeConfig<'_>,
+) -> Result<ServeOutcome, ServeError> {
+    let start = cfg.clock.now();
+    let mut watchdog = Watchdog::new(cfg.leaders.len(), start, cfg.intervals.stall_timeout_s);
+    let mut status = StatusLine::new(start, cfg.intervals.status_s);
+    let (served, cpu0) = (Instant::now(), process_cpu_s());
+    let (mut busy, mut requests) = (0.0f64, 0u64);
+    while watchdog.live() > 0 {
+        let received = receive_any(world, Duration::from_secs(1), DEFAULT_LIMIT_BYTES)?;
+        let now = cfg.clock.now();
+        if let Some(line) = status.due(now, cfg.t0_s, p.totals(), p.trial_counts()) {
+            log::info!("{line}");
+        }
+        for (g, silent) in watchdog.check(now) {
+            let r = cfg.leaders[g];
+            log::error!(
+                "group {g} (leader rank {r} on {}) made no progress for {silent:.0} s (--stall-timeout {:.0}): stopping the run; its completed epochs are in group-{g}.h5",
+                cfg.hosts.get(r).map_or("?", String::as_str),
+                cfg.intervals.stall_timeout_s
+            );
+        }
+        let Some((bytes, src)) = received else {
+            continue;
+        };
+        let handling = Instant::now();
+        requests += 1;
+        let msg: ToPrimary = decode(&bytes, DEFAULT_LIMIT_BYTES)
+            .map_err(|source| TransportError::Protocol { from: src, source })?;
+        let g = p
+            .group_of(src)
+            .ok_or(PrimaryError::NotALeader { rank: src })? as usize;
+        watchdog.seen(g, now);
+        if matches!(msg, ToPrimary::Bye { .. }) {
+            watchdog.done(g);
+        }
+        let halt = cfg.interrupted.load(Ordering::Relaxed) || !watchdog.stalled().is_empty();
+        if let Some(reply) = p.handle(src, msg, now, halt)? {
+            world.process_at_rank(src).send(&encode(&reply)[..]);
+        }
+        busy += handling.elapsed().as_secs_f64();
+    }
+    let wall = served.elapsed().as_secs_f64().max(1e-9);
+    log::info!(
+        "primary: served {requests} requests from {} groups in {wall:.1} s ({:.1}/s), busy {:.2}% of the time, {:.2} CPU s",
+        cfg.leaders.len(),
+        requests as f64 / wall,
+        100.0 * busy / wall,
+        process_cpu_s() - cpu0
+    );
+    let now = cfg.clock.now();
+    Ok(ServeOutcome {
+        end_s: p.end().unwrap_or(now.min(cfg.deadline_s)).min(now),
+        stalled: watchdog.stalled(),
+    })
+}

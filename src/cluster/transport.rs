@@ -1,0 +1,150 @@
+//! Moving bytes and values between ranks: the primary's probe/receive over any source (the
+//! probed size checked before anything is allocated), a leader's request and reply, serde
+//! broadcasts within a communicator, and variable-size string gathers.
+
+use std::time::{Duration, Instant};
+
+use mpi::collective::{CommunicatorCollectives, Root};
+use mpi::datatype::PartitionMut;
+use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
+use mpi::traits::{Communicator, Equivalence};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::protocol::{decode, encode, ProtocolError, ToGroup, ToPrimary, DEFAULT_LIMIT_BYTES};
+
+/// A message that could not be moved or understood.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// A message larger than the protocol allows (refused before allocating it).
+    #[error("rank {from} sent a message of {size} bytes, over the limit of {limit} bytes (mismatched aiperf builds?)")]
+    TooLarge {
+        /// The sender's rank.
+        from: i32,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: usize,
+    },
+    /// A message that does not decode.
+    #[error("message from rank {from}: {source}")]
+    Protocol {
+        /// The sender's rank.
+        from: i32,
+        /// Why it does not decode.
+        source: ProtocolError,
+    },
+    /// A broadcast value that does not encode or decode.
+    #[error("broadcast value: {0}")]
+    Value(String),
+}
+
+/// The next message from any rank, without spinning a core (the primary usually shares a
+/// node with training ranks): probes, sleeping between probes (up to 1 ms) while none waits.
+/// `Ok(None)` after `wait` without a message. A message over `limit` bytes is refused by its
+/// probed size, before a buffer is allocated for it.
+pub fn receive_any<C: Communicator>(
+    world: &C,
+    wait: Duration,
+    limit: usize,
+) -> Result<Option<(Vec<u8>, i32)>, TransportError> {
+    let started = Instant::now();
+    let mut pause = Duration::from_micros(20);
+    loop {
+        if let Some((message, status)) = world.any_process().immediate_matched_probe() {
+            let size = u64::try_from(status.count(u8::equivalent_datatype())).unwrap_or(u64::MAX);
+            let from = status.source_rank();
+            if size > limit as u64 {
+                return Err(TransportError::TooLarge { from, size, limit });
+            }
+            let (bytes, _) = (message, status).matched_receive_vec::<u8>();
+            return Ok(Some((bytes, from)));
+        }
+        if started.elapsed() >= wait {
+            return Ok(None);
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
+
+/// Sends a message to the primary (world rank 0) without waiting for an answer.
+pub fn tell<C: Communicator>(world: &C, msg: &ToPrimary) {
+    world.process_at_rank(0).send(&encode(msg)[..]);
+}
+
+/// Sends a request to the primary and waits for its answer (size-checked before receiving).
+pub fn ask<C: Communicator>(world: &C, msg: &ToPrimary) -> Result<ToGroup, TransportError> {
+    tell(world, msg);
+    let root = world.process_at_rank(0);
+    let (message, status) = root.matched_probe();
+    let size = u64::try_from(status.count(u8::equivalent_datatype())).unwrap_or(u64::MAX);
+    if size > DEFAULT_LIMIT_BYTES as u64 {
+        return Err(TransportError::TooLarge {
+            from: 0,
+            size,
+            limit: DEFAULT_LIMIT_BYTES,
+        });
+    }
+    let (bytes, _) = (message, status).matched_receive_vec::<u8>();
+    decode(&bytes, DEFAULT_LIMIT_BYTES)
+        .map_err(|source| TransportError::Protocol { from: 0, source })
+}
+
+/// Broadcasts a serde value from the communicator's rank 0 (length, then bincode bytes);
+/// rank 0 passes `Some`, the others `None`; every rank gets the value. A length over the
+/// protocol's limit is refused on every rank before allocating.
+pub fn broadcast_value<G: Communicator, T: Serialize + DeserializeOwned>(
+    comm: &G,
+    value: Option<&T>,
+) -> Result<T, TransportError> {
+    let root = comm.process_at_rank(0);
+    let config = bincode::config::standard();
+    let mut bytes = match value {
+        Some(v) => bincode::serde::encode_to_vec(v, config)
+            .map_err(|e| TransportError::Value(e.to_string()))?,
+        None => Vec::new(),
+    };
+    let mut len = [bytes.len() as u64];
+    root.broadcast_into(&mut len[..]);
+    if len[0] > DEFAULT_LIMIT_BYTES as u64 {
+        return Err(TransportError::TooLarge {
+            from: 0,
+            size: len[0],
+            limit: DEFAULT_LIMIT_BYTES,
+        });
+    }
+    bytes.resize(len[0] as usize, 0);
+    root.broadcast_into(&mut bytes[..]);
+    bincode::serde::decode_from_slice(&bytes, config)
+        .map(|(v, _)| v)
+        .map_err(|e| TransportError::Value(e.to_string()))
+}
+
+/// Every rank's string, on every rank, through a variable-size gather (no padding, no
+/// length limit beyond MPI's counts).
+pub fn all_gather_strings<C: Communicator>(world: &C, mine: &str) -> Vec<String> {
+    let size = world.size() as usize;
+    let len = i32::try_from(mine.len()).unwrap_or(i32::MAX);
+    let mut lens = vec![0i32; size];
+    world.all_gather_into(&len, &mut lens[..]);
+    let displs: Vec<i32> = lens
+        .iter()
+        .scan(0i32, |at, &l| {
+            let d = *at;
+            *at = at.saturating_add(l);
+            Some(d)
+        })
+        .collect();
+    let total: usize = lens.iter().map(|&l| l as usize).sum();
+    let mut all = vec![0u8; total];
+    {
+        let mut part = PartitionMut::new(&mut all[..], &lens[..], &displs[..]);
+        world.all_gather_varcount_into(&mine.as_bytes()[..len as usize], &mut part);
+    }
+    displs
+        .iter()
+        .zip(&lens)
+        .map(|(&d, &l)| String::from_utf8_lossy(&all[d as usize..(d + l) as usize]).into_owned())
+        .collect()
+}

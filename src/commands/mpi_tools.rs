@@ -1,0 +1,103 @@
+//! The MPI tools: `doctor` (what each rank sees), `dp-check` (bit-identical data-parallel
+//! training) and `comm-bench` (the interconnect profile).
+
+use anyhow::{bail, Context};
+use mpi::traits::Communicator;
+
+use super::init_mpi;
+use crate::cli::CommBenchArgs;
+use crate::platform::Platform;
+
+/// `aiperf doctor`: what this build and machine provide, per rank.
+pub fn doctor(json: bool) -> anyhow::Result<()> {
+    let universe = init_mpi()?;
+    let world = universe.world();
+    let library = mpi::environment::library_version().unwrap_or_else(|_| "unknown".into());
+    // OpenMPI: "Open MPI v4.1.4, package: ..., ident: ..."; keep the name and version.
+    let library = library
+        .split([',', '\n'])
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let p = Platform::probe(library, world.size(), world.rank());
+    if json {
+        println!("{}", serde_json::to_string(&p)?);
+    } else {
+        println!(
+            "rank {}/{} on {} ({} cpus): aiperf {}, libtorch {} (cuda: {}, {} device(s), {} threads), MPI {}, HDF5 {}",
+            p.mpi_rank,
+            p.mpi_world_size,
+            p.host,
+            p.cpus,
+            p.aiperf_version,
+            p.libtorch_lib,
+            p.cuda_available,
+            p.cuda_devices,
+            p.torch_threads,
+            p.mpi_library,
+            p.hdf5_version
+        );
+    }
+    Ok(())
+}
+
+/// `aiperf comm-bench`: all-reduce and exchange bandwidth over a sweep of sizes.
+pub fn comm_bench(a: CommBenchArgs) -> anyhow::Result<()> {
+    use crate::cluster::commbench;
+    use mpi::topology::Color;
+    if a.min_bytes == 0 || a.min_bytes > a.max_bytes || a.iters == 0 {
+        bail!("--min-bytes must be in 1..=--max-bytes and --iters at least 1");
+    }
+    let universe = init_mpi()?;
+    let world = universe.world();
+    let sizes = commbench::sizes(a.min_bytes, a.max_bytes);
+    let mut scopes = vec![(
+        "world".to_string(),
+        commbench::sweep(&world, &sizes, a.iters, a.warmup),
+    )];
+    if let Some(g) = a.group_size {
+        if g == 0 || world.size() as usize % g != 0 {
+            bail!("--group-size {g} must divide the {} ranks", world.size());
+        }
+        let color = Color::with_value(world.rank() / g as i32);
+        let group = world
+            .split_by_color(color)
+            .context("splitting the world into groups")?;
+        let rows = commbench::sweep(&group, &sizes, a.iters, a.warmup);
+        scopes.push((format!("groups of {g} ranks (group 0 shown)"), rows));
+    }
+    if world.rank() == 0 {
+        for (scope, rows) in &scopes {
+            if a.json {
+                for r in rows {
+                    let mut v = serde_json::to_value(r)?;
+                    v["scope"] = serde_json::json!(scope);
+                    println!("{v}");
+                }
+            } else {
+                print!("{}", commbench::table(scope, rows));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `aiperf dp-check`: every rank trains a tiny model with gradient exchange; all must
+/// keep bit-identical parameters.
+pub fn dp_check(steps: u32, frozen_bn: bool) -> anyhow::Result<()> {
+    let universe = init_mpi()?;
+    let world = universe.world();
+    tch::set_num_threads(1);
+    let report = crate::train::dp_check(&world, steps, frozen_bn)?;
+    if world.rank() == 0 {
+        println!("{}", serde_json::to_string(&report)?);
+    }
+    if !report.identical {
+        bail!(
+            "rank {}: parameters differ between ranks after gradient exchange",
+            world.rank()
+        );
+    }
+    Ok(())
+}

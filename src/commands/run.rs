@@ -1,0 +1,369 @@
+//! `aiperf run`: resolves the configuration (fresh, or from the records with `--resume`)
+//! identically on every rank, sets the world up, builds this rank's trainer, runs its role,
+//! and on rank 0 prints the score. Errors that every rank finds alike are printed once by
+//! rank 0; errors of one rank name it; a fatal error mid-run aborts the whole job.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use mpi::collective::CommunicatorCollectives;
+use mpi::collective::SystemOperation;
+use mpi::topology::{Color, SimpleCommunicator};
+use mpi::traits::Communicator;
+
+use super::{init_mpi, set_results_hint, Silent};
+use crate::arch::{self, Graph};
+use crate::cluster::bootstrap::{self, Placement};
+use crate::cluster::run::{run_role, RunContext, StartRecord};
+use crate::cluster::transport::broadcast_value;
+use crate::config::{RecordedConfig, RunFlags, TrainerKind};
+use crate::data::open_split;
+use crate::ops::OpCount;
+use crate::train::fault::FaultyTrainer;
+use crate::train::simulated::{SimDevice, SimulatedTrainer};
+use crate::train::{RealTrainer, Trainer};
+
+/// What rank 0 read from a stopped run's records, for every rank.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Saved {
+    config_json: String,
+    t0_s: f64,
+    world_size: u32,
+    groups: u32,
+}
+
+/// Runs the benchmark.
+pub fn run(flags: RunFlags) -> anyhow::Result<()> {
+    if flags.print_config {
+        if flags.resume.is_some() {
+            bail!("--print-config does not combine with --resume");
+        }
+        let c = RecordedConfig::fresh(&flags)?;
+        println!("{}", serde_json::to_string_pretty(&c.preset)?);
+        return Ok(());
+    }
+    let universe = init_mpi()?;
+    let world = universe.world();
+    let (config, saved) = once(&world, configure(&world, &flags))?;
+    let place = once(
+        &world,
+        bootstrap::place(
+            &world,
+            config.trainer,
+            config.group_size,
+            config.threads,
+            config.sim.ops,
+        )
+        .map_err(anyhow::Error::msg)
+        .and_then(|p| check_layout(p, saved.as_ref())),
+    )?;
+    tch::set_num_threads(i32::try_from(place.threads).unwrap_or(i32::MAX));
+    let common = bootstrap::common(&world, &place, saved.as_ref().map(|s| s.t0_s));
+    let mut config = config;
+    config.clock_offsets_s = common.offsets.iter().map(|o| o.0).collect();
+    config.clock_uncertainty_s = common.offsets.iter().map(|o| o.1).collect();
+    let results = flags
+        .resume
+        .clone()
+        .or_else(|| flags.results.clone())
+        .unwrap_or_else(|| PathBuf::from(format!("results/run-{}", common.t0_s as u64)));
+    set_results_hint(&results);
+    let built = trainer(&world, &config, &place, &flags);
+    let (trainer, start_graph, dataset) = agree(&world, built)?;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    // SIGTERM/SIGINT (from mpirun, SLURM): the primary stops the run as at the deadline and
+    // leaders abandon the epoch in progress; every rank goes on until told to stop, so
+    // every file closes cleanly.
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
+    }
+    let p = &config.preset;
+    let ctx = RunContext {
+        results: results.clone(),
+        start: start_graph,
+        epochs: p.epochs,
+        patience_scale: p.patience_scale,
+        kernel_sizes: p.kernel_sizes.clone(),
+        seed: config.seed,
+        search_threads: config.search_threads,
+        hosts: common.hosts.clone(),
+        clock: common.clock,
+        t0_s: common.t0_s,
+        deadline_s: common.t0_s + p.duration_s,
+        monitor_interval_s: config.intervals.monitor_s,
+        interrupted,
+        resume: saved.is_some(),
+        trainer,
+    };
+    let start = StartRecord {
+        dataset,
+        precision: precision_name(&config, &flags),
+        devices: common.devices.clone(),
+    };
+    if world.rank() == 0 {
+        log::info!(
+            "aiperf run: preset {}, {} trainer ({}), {} ranks in {} group(s), {:.0} s, records in {} (should the job die, continue it with `aiperf run --resume {}` under the same launcher)",
+            p.name,
+            ctx.trainer.name(),
+            start.precision,
+            world.size(),
+            place.layout.groups(),
+            p.duration_s,
+            results.display(),
+            results.display()
+        );
+    }
+    let rank = world.rank();
+    let color = place.layout.group_of[rank as usize]
+        .map_or(Color::undefined(), |g| Color::with_value(g as i32));
+    let group_comm = world.split_by_color(color);
+    if let Err(e) = run_role(&world, group_comm.as_ref(), &place, &ctx, &config, &start) {
+        eprintln!(
+            "aiperf: error: rank {rank}: {e:#}\naiperf: the records written so far in {} stay readable; continue the run with `aiperf run --resume {}`",
+            results.display(),
+            results.display()
+        );
+        world.abort(1);
+    }
+    // Every rank has closed its files.
+    world.barrier();
+    if rank == 0 {
+        let run = aiperf_records::read_run(&results)?;
+        let interval = p.score_interval_s.min(p.duration_s / 4.0);
+        let s = aiperf_records::score(&run, interval)?;
+        print!("{}", aiperf_records::report::text(&s));
+    }
+    Ok(())
+}
+
+/// The recorded configuration's precision, or what replaces it (never VALID).
+fn precision_name(config: &RecordedConfig, flags: &RunFlags) -> String {
+    let base = match config.trainer {
+        TrainerKind::Simulated => "simulated",
+        TrainerKind::Real => config.preset.train.precision.name(),
+    };
+    match flags.fault {
+        Some(_) => format!("{base}, fault-injected"),
+        None => base.to_string(),
+    }
+}
+
+/// A result every rank computed alike: rank 0 prints the error, the others exit silently.
+fn once<T>(world: &SimpleCommunicator, r: anyhow::Result<T>) -> anyhow::Result<T> {
+    match r {
+        Ok(v) => Ok(v),
+        Err(e) if world.rank() == 0 => Err(e),
+        Err(_) => Err(Silent.into()),
+    }
+}
+
+/// Collective: each rank's outcome of a set-up step; if any failed, each failing rank
+/// names itself in its error and the others fail silently (no rank waits for a collective).
+fn agree<T>(world: &SimpleCommunicator, mine: anyhow::Result<T>) -> anyhow::Result<T> {
+    let ok = i32::from(mine.is_ok());
+    let mut all = 0i32;
+    world.all_reduce_into(&ok, &mut all, SystemOperation::min());
+    match mine {
+        Err(e) => Err(e.context(format!(
+            "rank {} on {}",
+            world.rank(),
+            bootstrap::host_name()
+        ))),
+        Ok(_) if all == 0 => Err(Silent.into()),
+        Ok(v) => Ok(v),
+    }
+}
+
+/// Collective: the configuration, identical on every rank; with `--resume`, rank 0 reads
+/// the records and broadcasts what it found.
+fn configure(
+    world: &SimpleCommunicator,
+    flags: &RunFlags,
+) -> anyhow::Result<(RecordedConfig, Option<Saved>)> {
+    let Some(dir) = flags.resume.clone() else {
+        return Ok((RecordedConfig::fresh(flags)?, None));
+    };
+    let mine = (world.rank() == 0).then(|| read_saved(&dir).map_err(|e| format!("{e:#}")));
+    let saved = broadcast_value(world, mine.as_ref())?.map_err(anyhow::Error::msg)?;
+    if saved.world_size != world.size() as u32 {
+        bail!(
+            "--resume {}: the run had {} ranks; resume it with the same number (here {})",
+            dir.display(),
+            saved.world_size,
+            world.size()
+        );
+    }
+    let config = RecordedConfig::resumed(flags, &dir, &saved.config_json)?;
+    Ok((config, Some(saved)))
+}
+
+/// Rank 0: a stopped run's configuration and start; refuses a run that already ended at
+/// its deadline (resuming it would rewrite its score).
+fn read_saved(dir: &Path) -> anyhow::Result<Saved> {
+    let config_json =
+        aiperf_records::read_config(dir).with_context(|| format!("--resume {}", dir.display()))?;
+    let info = aiperf_records::read_run(dir)
+        .with_context(|| format!("--resume {}", dir.display()))?
+        .info;
+    let duration = serde_json::from_str::<RecordedConfig>(&config_json)
+        .map(|c| c.preset.duration_s)
+        .unwrap_or(f64::INFINITY);
+    if let Some(end) = info.end_time_s {
+        if end >= info.start_time_s + duration - 1e-6 {
+            bail!(
+                "--resume {}: the run already ended at its deadline ({:.0} s after its start): there is nothing to resume; score it with `aiperf score {}`",
+                dir.display(),
+                end - info.start_time_s,
+                dir.display()
+            );
+        }
+    }
+    Ok(Saved {
+        config_json,
+        t0_s: info.start_time_s,
+        world_size: info.world_size,
+        groups: info.groups,
+    })
+}
+
+/// A resumed run must keep its groups.
+fn check_layout(place: Placement, saved: Option<&Saved>) -> anyhow::Result<Placement> {
+    if let Some(s) = saved {
+        if place.layout.groups() != s.groups {
+            bail!(
+                "--resume: the run had {} groups, this layout makes {}: use the first run's --group-size (recorded in its config)",
+                s.groups,
+                place.layout.groups()
+            );
+        }
+    }
+    Ok(place)
+}
+
+/// This rank's trainer, the start architecture and the dataset's name.
+fn trainer(
+    world: &SimpleCommunicator,
+    config: &RecordedConfig,
+    place: &Placement,
+    flags: &RunFlags,
+) -> anyhow::Result<(Box<dyn Trainer>, Graph, String)> {
+    let p = &config.preset;
+    let (inner, start, dataset): (Box<dyn Trainer>, Graph, String) = match config.trainer {
+        TrainerKind::Simulated => {
+            let input = config.sim_input().map_err(anyhow::Error::msg)?;
+            let start = start_graph(&p.start, input, config.sim.classes)?;
+            let sim = SimulatedTrainer {
+                device: SimDevice {
+                    ops_per_s: config.sim.ops,
+                    accelerators: 1,
+                },
+                images: (config.sim.train_images, config.sim.val_images),
+                speedup: config.sim.speedup,
+                seed: config.seed,
+            };
+            (Box::new(sim), start, "synthetic".to_string())
+        }
+        TrainerKind::Real => real_trainer(config, place)?,
+    };
+    let trainer = match flags.fault {
+        Some(fault) => {
+            let rank = world.rank() as usize;
+            Box::new(FaultyTrainer {
+                inner,
+                fault,
+                world_rank: rank as u32,
+                group: place.layout.group_of[rank].unwrap_or(u32::MAX),
+            })
+        }
+        None => inner,
+    };
+    Ok((trainer, start, dataset))
+}
+
+fn start_graph(name: &str, input: arch::Shape, classes: u32) -> anyhow::Result<Graph> {
+    let start = arch::by_name(name, input, classes).ok_or_else(|| {
+        anyhow::anyhow!("start architecture {name:?}: use resnet8, resnet20, resnet18 or resnet50")
+    })?;
+    OpCount::of(&start).with_context(|| format!("start {name} does not fit the {input} input"))?;
+    Ok(start)
+}
+
+/// The libtorch trainer over the dataset's packs; the node's first training rank verifies
+/// their checksums before anything trains.
+fn real_trainer(
+    config: &RecordedConfig,
+    place: &Placement,
+) -> anyhow::Result<(Box<dyn Trainer>, Graph, String)> {
+    let p = &config.preset;
+    let dir = config.data_dir();
+    let train = open_split(&dir, "train")?;
+    let val = open_split(&dir, "val")?;
+    if place.local == Some(0) {
+        train.verify()?;
+        val.verify()?;
+    }
+    let h = train.header().clone();
+    p.train.augment.check_fits(h.height, h.width).map_err(|e| {
+        anyhow::anyhow!(
+            "train.augment of preset {}: {e} of {}",
+            p.name,
+            dir.display()
+        )
+    })?;
+    let (oh, ow) = p.train.augment.output_hw(h.height, h.width);
+    let start = start_graph(
+        &p.start,
+        arch::Shape::new(h.channels, oh, ow),
+        h.num_classes,
+    )?;
+    if val.header().num_classes != h.num_classes {
+        bail!(
+            "{}: train and val splits have different class counts",
+            dir.display()
+        );
+    }
+    check_batch_fits(config, place, h.num_samples)?;
+    if p.train.precision == crate::train::Precision::Fp16
+        && place.device == tch::Device::Cpu
+        && place.local.is_some()
+    {
+        bail!(
+            "--precision fp16 needs a CUDA device (autocast); this rank has none: use fp32 on CPU"
+        );
+    }
+    let real = RealTrainer {
+        cfg: p.train.clone(),
+        device: place.device,
+        train_pack: train,
+        val_pack: val,
+    };
+    Ok((Box::new(real), start, h.source.dataset.clone()))
+}
+
+/// Every batch size TPE may draw must make at least one global batch of the group from
+/// the epoch's training images — checked before anything runs.
+fn check_batch_fits(
+    config: &RecordedConfig,
+    place: &Placement,
+    samples: u64,
+) -> anyhow::Result<()> {
+    let p = &config.preset;
+    let images = p
+        .train
+        .train_images
+        .map_or(samples, |n| (n as u64).min(samples));
+    let ranks = (0..place.layout.groups())
+        .map(|g| place.layout.ranks_of(g))
+        .max()
+        .unwrap_or(1) as u64;
+    let global = u64::from(p.batch_size.1) * ranks;
+    if global > images {
+        bail!(
+            "batch sizes up to {} per rank × {ranks} ranks per group make a global batch of {global}, more than the {images} training images per epoch: lower the batch-size range (--batch-size) or use more training images (--train-images)",
+            p.batch_size.1
+        );
+    }
+    Ok(())
+}

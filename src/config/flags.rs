@@ -1,0 +1,158 @@
+//! The flags of `aiperf run`, typed: the preset overrides, the trainer's settings and the
+//! run's operational settings. Every value is optional here, so that a resumed run can tell
+//! a flag the user gave from a default; [`super::RecordedConfig`] applies them in one step.
+
+use std::path::PathBuf;
+
+use crate::arch::Shape;
+use crate::train::Precision;
+
+use super::TrainerKind;
+
+/// `aiperf run`'s command line.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq)]
+pub struct RunFlags {
+    /// A preset (fashion-mnist, cifar10, imagenet = the official rules) or a preset JSON file.
+    #[arg(long)]
+    pub config: Option<String>,
+    /// Print the resolved configuration as a preset JSON file and exit.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Continue a stopped or crashed run from its records folder: its configuration, start
+    /// time (the down time counts as wall time), history, search tree, TPE observations and
+    /// group rounds; new records are appended. Only --data, --group-size, --threads and the
+    /// interval flags may be given with it; the others are fixed by the records.
+    #[arg(long, value_name = "DIR")]
+    pub resume: Option<PathBuf>,
+    /// Which trainer the replicas use [default: real].
+    #[arg(long, value_enum)]
+    pub trainer: Option<TrainerKind>,
+    /// Run duration in seconds (overrides the preset).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Full epoch budget; warm-up rounds train 1/4, 1/2, 3/4 of it (overrides the preset).
+    #[arg(long)]
+    pub epochs: Option<u32>,
+    /// Folder with the dataset's train.aipk and val.aipk (default: $AIPERF_DATA/<dataset>,
+    /// else data/<dataset>).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Training images per epoch, a fresh random subset each epoch (overrides the preset).
+    #[arg(long)]
+    pub train_images: Option<usize>,
+    /// Validation images (overrides the preset).
+    #[arg(long)]
+    pub val_images: Option<usize>,
+    /// Per-rank batch-size range searched by TPE, MIN:MAX, or one fixed size (overrides the
+    /// preset).
+    #[arg(long)]
+    pub batch_size: Option<String>,
+    /// CPU threads per training rank (default: the node's cores shared by its training ranks).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Arithmetic: fp32, or fp16 (CUDA autocast with dynamic loss scaling; an error on CPU).
+    #[arg(long, value_enum)]
+    pub precision: Option<Precision>,
+    /// Ranks per replica group (default: one group per node).
+    #[arg(long)]
+    pub group_size: Option<usize>,
+    /// Records folder (default: results/run-<start time>).
+    #[arg(long)]
+    pub results: Option<PathBuf>,
+    /// Start architecture: resnet8, resnet20, resnet18 or resnet50 (overrides the preset).
+    #[arg(long)]
+    pub start: Option<String>,
+    /// Simulated: input size HxWxC (the real trainer takes it from the data) [default: 32x32x3].
+    #[arg(long)]
+    pub input: Option<Shape>,
+    /// Simulated: classes (the real trainer takes them from the data) [default: 10].
+    #[arg(long)]
+    pub classes: Option<u32>,
+    /// Simulated: sustained operations per second of one accelerator [default: 1e13].
+    #[arg(long)]
+    pub sim_ops: Option<f64>,
+    /// Simulated: training images per epoch [default: 50000].
+    #[arg(long)]
+    pub sim_train_images: Option<u64>,
+    /// Simulated: validation images per epoch [default: 10000].
+    #[arg(long)]
+    pub sim_val_images: Option<u64>,
+    /// Simulated seconds per wall-clock second [default: 100].
+    #[arg(long)]
+    pub speedup: Option<f64>,
+    /// Step of the score's timeline in the final report, seconds (overrides the preset).
+    #[arg(long)]
+    pub score_interval: Option<f64>,
+    /// Seed [default: 0].
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Threads of each leader's search pool [default: 1].
+    #[arg(long)]
+    pub search_threads: Option<usize>,
+    /// Seconds between rank 0's status lines (elapsed, trials, OPS, best accuracy)
+    /// [default: 60].
+    #[arg(long)]
+    pub status_interval: Option<f64>,
+    /// Seconds a group may stay silent (no epoch, no request) before the run is stopped and
+    /// the group reported as stalled; longer than the slowest epoch [default: 7200].
+    #[arg(long)]
+    pub stall_timeout: Option<f64>,
+    /// Seconds between resource samples (CPU, host memory, accelerators) in the records
+    /// [default: 30].
+    #[arg(long)]
+    pub monitor_interval: Option<f64>,
+    /// Test double: inject a fault (hang:GROUP, panic:RANK, nan:MODEL). For the project's
+    /// tests only; a run with a fault is never VALID.
+    #[arg(long, hide = true)]
+    pub fault: Option<crate::train::fault::Fault>,
+}
+
+impl RunFlags {
+    /// The flags a resumed run may not give, because its records fix them: their names as
+    /// the user typed them.
+    pub fn fixed_by_records(&self) -> Vec<&'static str> {
+        let given = [
+            ("--config", self.config.is_some()),
+            ("--trainer", self.trainer.is_some()),
+            ("--duration", self.duration.is_some()),
+            ("--epochs", self.epochs.is_some()),
+            ("--train-images", self.train_images.is_some()),
+            ("--val-images", self.val_images.is_some()),
+            ("--batch-size", self.batch_size.is_some()),
+            ("--precision", self.precision.is_some()),
+            ("--results", self.results.is_some()),
+            ("--start", self.start.is_some()),
+            ("--input", self.input.is_some()),
+            ("--classes", self.classes.is_some()),
+            ("--sim-ops", self.sim_ops.is_some()),
+            ("--sim-train-images", self.sim_train_images.is_some()),
+            ("--sim-val-images", self.sim_val_images.is_some()),
+            ("--speedup", self.speedup.is_some()),
+            ("--score-interval", self.score_interval.is_some()),
+            ("--seed", self.seed.is_some()),
+            ("--search-threads", self.search_threads.is_some()),
+            ("--print-config", self.print_config),
+            ("--fault", self.fault.is_some()),
+        ];
+        given
+            .into_iter()
+            .filter_map(|(name, set)| set.then_some(name))
+            .collect()
+    }
+}
+
+/// Parses `--batch-size`: `MIN:MAX` or one size.
+pub fn parse_batch_size(text: &str) -> Result<(u32, u32), String> {
+    let parse = |v: &str| {
+        v.trim().parse::<u32>().map_err(|_| {
+            format!("--batch-size {text:?}: expected MIN:MAX or one size, e.g. 32:128 or 64")
+        })
+    };
+    match text.split_once(':') {
+        Some((lo, hi)) => Ok((parse(lo)?, parse(hi)?)),
+        None => {
+            let b = parse(text)?;
+            Ok((b, b))
+        }
+    }
+}
