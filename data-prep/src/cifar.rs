@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::error::{PrepError, Result};
-use crate::pack::{split_path, Header, PackWriter, Source};
+use crate::pack::{commit_all, split_path, Header, PackWriter, Source};
 
 /// Side of a CIFAR image.
 pub const CIFAR_SIDE: u32 = 32;
@@ -15,7 +15,18 @@ pub const CIFAR_RECORD: usize = 1 + 3 * 32 * 32;
 
 /// Reads the class names from `batches.meta.txt` (one per non-empty line).
 pub fn read_cifar_names(path: &Path) -> Result<Vec<String>> {
-    let text = fs::read_to_string(path).map_err(|e| PrepError::io(path, e))?;
+    let bytes = fs::read(path).map_err(|e| PrepError::io(path, e))?;
+    parse_cifar_names(path, &bytes)
+}
+
+/// Parses the contents of a `batches.meta.txt` read from `path` (named in errors).
+pub fn parse_cifar_names(path: &Path, bytes: &[u8]) -> Result<Vec<String>> {
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        PrepError::format(
+            path,
+            format!("not UTF-8 text ({e}); expected one class name per line"),
+        )
+    })?;
     let names: Vec<String> = text
         .lines()
         .map(str::trim)
@@ -42,40 +53,57 @@ fn require(path: PathBuf, hint: &str) -> Result<PathBuf> {
     }
 }
 
-/// Appends every record of one CIFAR batch file to `writer`.
-fn push_batch_file(path: &Path, writer: &mut PackWriter, num_classes: u32) -> Result<()> {
-    let bytes = fs::read(path).map_err(|e| PrepError::io(path, e))?;
+/// Splits the contents of one CIFAR batch file read from `path` (named in errors) into
+/// (image, label) records, checking the length and that every label is below `num_classes`.
+pub fn batch_records<'a>(
+    path: &Path,
+    bytes: &'a [u8],
+    num_classes: u32,
+) -> Result<Vec<(&'a [u8], u32)>> {
     if bytes.is_empty() || bytes.len() % CIFAR_RECORD != 0 {
         let records = bytes.len().div_ceil(CIFAR_RECORD).max(1);
         return Err(PrepError::Truncated {
             path: path.into(),
-            expected_bytes: (records * CIFAR_RECORD) as u64,
+            expected_bytes: (records as u64) * CIFAR_RECORD as u64,
             found_bytes: bytes.len() as u64,
         });
     }
-    for (i, record) in bytes.chunks_exact(CIFAR_RECORD).enumerate() {
-        let label = u32::from(record[0]);
-        if label >= num_classes {
-            return Err(PrepError::LabelOutOfRange {
-                path: path.into(),
-                index: i as u64,
-                label: label.into(),
-                num_classes: num_classes.into(),
-            });
-        }
-        writer.push(&record[1..], label, path)?;
+    bytes
+        .chunks_exact(CIFAR_RECORD)
+        .enumerate()
+        .map(|(i, record)| {
+            let label = u32::from(record[0]);
+            if label >= num_classes {
+                return Err(PrepError::LabelOutOfRange {
+                    path: path.into(),
+                    index: i as u64,
+                    label: label.into(),
+                    num_classes: num_classes.into(),
+                });
+            }
+            Ok((&record[1..], label))
+        })
+        .collect()
+}
+
+/// Appends every record of one CIFAR batch file to `writer`.
+fn push_batch_file(path: &Path, writer: &mut PackWriter, num_classes: u32) -> Result<()> {
+    let bytes = fs::read(path).map_err(|e| PrepError::io(path, e))?;
+    for (image, label) in batch_records(path, &bytes, num_classes)? {
+        writer.push(image, label, path)?;
     }
     Ok(())
 }
 
-/// Converts a CIFAR-10 binary folder into `out/train.aipk` and `out/val.aipk`.
+/// Converts a CIFAR-10 binary folder into `out/train.aipk` and `out/val.aipk`. Both splits
+/// are staged before either is renamed into place, so a failure leaves neither.
 pub fn convert_cifar10(src: &Path, out: &Path) -> Result<Vec<Header>> {
     let meta = require(
         src.join("batches.meta.txt"),
         "the CIFAR-10 binary version's class-name file; is this the 'cifar-10-batches-bin' folder?",
     )?;
     let names = read_cifar_names(&meta)?;
-    let num_classes = names.len() as u32;
+    let num_classes = u32::try_from(names.len()).unwrap_or(u32::MAX);
     let train: Vec<PathBuf> = (1..=5)
         .map(|i| {
             require(
@@ -88,14 +116,14 @@ pub fn convert_cifar10(src: &Path, out: &Path) -> Result<Vec<Header>> {
         src.join("test_batch.bin"),
         "the CIFAR-10 test batch",
     )?];
-    let mut headers = Vec::new();
+    let mut staged = Vec::new();
     for (split, files) in [("train", train), ("val", test)] {
         let shape = [3, CIFAR_SIDE, CIFAR_SIDE];
         let mut writer = PackWriter::create(&split_path(out, split), split, shape, num_classes)?;
         for f in &files {
             push_batch_file(f, &mut writer, num_classes)?;
         }
-        headers.push(writer.finish(
+        staged.push(writer.finish_staged(
             names.clone(),
             Source {
                 kind: "cifar10".into(),
@@ -106,5 +134,5 @@ pub fn convert_cifar10(src: &Path, out: &Path) -> Result<Vec<Header>> {
             0,
         )?);
     }
-    Ok(headers)
+    commit_all(staged)
 }

@@ -82,6 +82,25 @@ pub enum PrepError {
         /// The decoder's complaint.
         reason: String,
     },
+    /// An image is too large to convert within bounded memory (a per-file error, like
+    /// [`PrepError::BadJpeg`], that `--skip-bad` skips).
+    #[error("{path}: image too large to convert ({reason}); pass --skip-bad to skip such files and count them, or shrink the image")]
+    ImageTooLarge {
+        /// The image concerned.
+        path: PathBuf,
+        /// Its size and the limit it exceeds.
+        reason: String,
+    },
+    /// A pack's JSON header disagrees with itself or with the file's layout.
+    #[error("{path}: pack header field `{field}` {problem}; the file is corrupt: re-create it with aiperf-data-prep")]
+    PackLayout {
+        /// The pack concerned.
+        path: PathBuf,
+        /// The offending field (a JSON header field, or a preamble field such as `header offset`).
+        field: &'static str,
+        /// What is wrong with it, with the values involved.
+        problem: String,
+    },
     /// Any other violation of an input format.
     #[error("{path}: {reason}")]
     Format {
@@ -99,6 +118,14 @@ impl PrepError {
             path: path.into(),
             source,
         }
+    }
+
+    /// Whether the error concerns one input file only, so that `--skip-bad` may skip it.
+    pub fn is_per_file(&self) -> bool {
+        matches!(
+            self,
+            PrepError::BadJpeg { .. } | PrepError::ImageTooLarge { .. }
+        )
     }
 
     /// A format violation in `path`.

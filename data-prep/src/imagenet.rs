@@ -2,17 +2,24 @@
 //! either as `val/<wnid>/*.JPEG` or as flat `val/*.JPEG` with a labels file. Every image is
 //! decoded, resized so its shorter side is `size` and centre-cropped to `size`×`size`, on a
 //! rayon pool, in chunks so memory stays bounded, with a progress bar.
+//!
+//! Memory per image is bounded too: the JPEG's dimensions are read from its header before
+//! decoding and refused beyond [`MAX_SOURCE_PIXELS`] (a per-file error that `--skip-bad`
+//! skips), and an image longer than [`MAX_ASPECT`]:1 is first centre-cropped to that ratio,
+//! so that resizing its shorter side never makes an enormous long side.
 
 use std::collections::BTreeMap;
-use std::fs;
+use std::fs::{self, File};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use image::imageops::FilterType;
+use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
 use crate::error::{PrepError, Result};
-use crate::pack::{split_path, Header, PackWriter, Source};
+use crate::pack::{commit_all, split_path, Header, PackWriter, Source, StagedPack};
 
 /// Options of the ImageNet conversion.
 #[derive(Clone, Debug)]
@@ -47,8 +54,19 @@ impl Default for ImagenetOptions {
     }
 }
 
+/// Largest output side (`--size`): 3×4096×4096 bytes (48 MiB) per image.
+pub const MAX_SIZE: u32 = 4096;
+/// Largest JPEG decoded, in pixels (64 Mi, e.g. 8192×8192: 192 MiB as RGB).
+pub const MAX_SOURCE_PIXELS: u64 = 1 << 26;
+/// Largest JPEG file read, in bytes.
+pub const MAX_JPEG_FILE_BYTES: u64 = 256 << 20;
+/// Longest aspect ratio resized as is; longer images are first centre-cropped to it.
+pub const MAX_ASPECT: u32 = 4;
+
 /// Images decoded per chunk: enough to keep every thread busy, little enough to bound memory.
 const CHUNK: usize = 512;
+/// Bytes of decoded output held per chunk, at most (unless one image per thread exceeds it).
+const CHUNK_BYTES: usize = 256 << 20;
 
 fn is_jpeg(p: &Path) -> bool {
     p.extension()
@@ -65,7 +83,8 @@ fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(entries)
 }
 
-/// The JPEGs of each class folder under `dir`, classes in sorted order.
+/// The JPEGs of each class folder under `dir`, classes in sorted order. A class folder
+/// without JPEGs is an error: it would be a class that no sample has.
 fn class_folders(dir: &Path, limit: Option<usize>) -> Result<BTreeMap<String, Vec<PathBuf>>> {
     let mut classes = BTreeMap::new();
     for sub in sorted_entries(dir)?.into_iter().filter(|p| p.is_dir()) {
@@ -78,6 +97,12 @@ fn class_folders(dir: &Path, limit: Option<usize>) -> Result<BTreeMap<String, Ve
             .into_iter()
             .filter(|p| is_jpeg(p))
             .collect();
+        if files.is_empty() {
+            return Err(PrepError::format(
+                &sub,
+                "class folder holds no .JPEG/.jpg images: every folder here is a class, so add its images or remove the folder",
+            ));
+        }
         if let Some(l) = limit {
             files.truncate(l);
         }
@@ -128,68 +153,114 @@ fn read_synsets(path: &Path) -> Result<BTreeMap<String, String>> {
 }
 
 /// Decodes a JPEG, resizes its shorter side to `size` and centre-crops `size`×`size`;
-/// returns RGB in C×H×W order.
+/// returns RGB in C×H×W order. An image longer than [`MAX_ASPECT`]:1 is first centre-cropped
+/// to that ratio; one beyond [`MAX_SOURCE_PIXELS`] or [`MAX_JPEG_FILE_BYTES`] is refused with
+/// [`PrepError::ImageTooLarge`] before it is decoded.
 pub fn load_and_crop(path: &Path, size: u32) -> Result<Vec<u8>> {
-    let bytes = fs::read(path).map_err(|e| PrepError::io(path, e))?;
-    let img = image::load_from_memory_with_format(&bytes, image::ImageFormat::Jpeg)
-        .map_err(|e| PrepError::BadJpeg {
+    if size == 0 || size > MAX_SIZE {
+        return Err(PrepError::format(
+            path,
+            format!("output size {size} is outside 1..={MAX_SIZE}"),
+        ));
+    }
+    let img = limit_aspect(decode_bounded(path)?);
+    Ok(resize_and_crop(&img, size))
+}
+
+/// Decodes a JPEG to RGB after checking its file size and header dimensions.
+fn decode_bounded(path: &Path) -> Result<image::RgbImage> {
+    let file = File::open(path).map_err(|e| PrepError::io(path, e))?;
+    let file_bytes = file.metadata().map_err(|e| PrepError::io(path, e))?.len();
+    let too_large = |reason: String| PrepError::ImageTooLarge {
+        path: path.into(),
+        reason,
+    };
+    if file_bytes > MAX_JPEG_FILE_BYTES {
+        return Err(too_large(format!(
+            "file of {file_bytes} bytes, the limit is {MAX_JPEG_FILE_BYTES}"
+        )));
+    }
+    let bad = |e: image::ImageError| match e {
+        image::ImageError::Limits(l) => too_large(l.to_string()),
+        e => PrepError::BadJpeg {
             path: path.into(),
             reason: e.to_string(),
-        })?
-        .to_rgb8();
-    let (w, h) = img.dimensions();
+        },
+    };
+    let mut reader = ImageReader::with_format(BufReader::new(file), ImageFormat::Jpeg);
+    let mut limits = Limits::default();
+    // A second bound for the decoder; the pixel check below is the one that decides.
+    limits.max_alloc = Some(MAX_SOURCE_PIXELS * 4);
+    reader.limits(limits);
+    let decoder = reader.into_decoder().map_err(bad)?;
+    let (w, h) = decoder.dimensions();
     if w == 0 || h == 0 {
         return Err(PrepError::BadJpeg {
             path: path.into(),
-            reason: "empty image".into(),
+            reason: format!("empty image ({w}x{h})"),
         });
     }
-    // Shorter side to `size`, the other rounded, never below `size`.
-    let (nw, nh) = if w <= h {
-        (
-            size,
-            ((u64::from(h) * u64::from(size) + u64::from(w) / 2) / u64::from(w)).max(size.into())
-                as u32,
-        )
-    } else {
-        (
-            ((u64::from(w) * u64::from(size) + u64::from(h) / 2) / u64::from(h)).max(size.into())
-                as u32,
-            size,
-        )
+    let pixels = u64::from(w) * u64::from(h);
+    if pixels > MAX_SOURCE_PIXELS {
+        return Err(too_large(format!(
+            "{w}x{h} = {pixels} pixels, the limit is {MAX_SOURCE_PIXELS}"
+        )));
+    }
+    Ok(DynamicImage::from_decoder(decoder)
+        .map_err(bad)?
+        .into_rgb8())
+}
+
+/// Centre-crops the long side of an image longer than [`MAX_ASPECT`]:1 to that ratio.
+fn limit_aspect(img: image::RgbImage) -> image::RgbImage {
+    let (w, h) = img.dimensions();
+    let max_long = w.min(h).saturating_mul(MAX_ASPECT);
+    if w.max(h) <= max_long {
+        return img;
+    }
+    let (cw, ch) = (w.min(max_long), h.min(max_long));
+    image::imageops::crop_imm(&img, (w - cw) / 2, (h - ch) / 2, cw, ch).to_image()
+}
+
+/// Resizes the shorter side to `size` (the other rounded, never below `size`, at most
+/// [`MAX_ASPECT`]·`size` + 1 after [`limit_aspect`]) and centre-crops `size`×`size`, as C×H×W.
+fn resize_and_crop(img: &image::RgbImage, size: u32) -> Vec<u8> {
+    let (w, h) = img.dimensions();
+    // The long side scaled like the short one, rounded, never below `size`.
+    let scaled = |long: u32, short: u32| {
+        let v = (u64::from(long) * u64::from(size) + u64::from(short) / 2) / u64::from(short);
+        u32::try_from(v.max(size.into())).unwrap_or(u32::MAX)
     };
-    let resized = if (nw, nh) == (w, h) {
+    let (nw, nh) = if w <= h {
+        (size, scaled(h, w))
+    } else {
+        (scaled(w, h), size)
+    };
+    let resized;
+    let img = if (nw, nh) == (w, h) {
         img
     } else {
-        image::imageops::resize(&img, nw, nh, FilterType::Triangle)
+        resized = image::imageops::resize(img, nw, nh, FilterType::Triangle);
+        &resized
     };
     let (x0, y0) = ((nw - size) / 2, (nh - size) / 2);
     let s = size as usize;
     let mut chw = vec![0u8; 3 * s * s];
     for y in 0..s {
         for x in 0..s {
-            let p = resized.get_pixel(x0 + x as u32, y0 + y as u32).0;
+            let p = img.get_pixel(x0 + x as u32, y0 + y as u32).0;
             for c in 0..3 {
                 chw[c * s * s + y * s + x] = p[c];
             }
         }
     }
-    Ok(chw)
+    chw
 }
 
-/// Decodes `items` in parallel chunks into a new pack at `out`.
-fn write_split(
-    out: &Path,
-    split: &str,
-    items: &[(PathBuf, u32)],
-    names: Vec<String>,
-    opts: &ImagenetOptions,
-    inputs: Vec<String>,
-) -> Result<Header> {
-    let num_classes = names.len() as u32;
-    let mut writer = PackWriter::create(out, split, [3, opts.size, opts.size], num_classes)?;
-    let bar = if opts.progress {
-        ProgressBar::new(items.len() as u64).with_style(
+/// A progress bar for `len` images of `split`, or a hidden one.
+fn progress_bar(split: &str, len: usize, shown: bool) -> ProgressBar {
+    let bar = if shown {
+        ProgressBar::new(len as u64).with_style(
             ProgressStyle::with_template(
                 "{prefix:>5} [{bar:40}] {pos}/{len} images, {per_sec}, eta {eta}",
             )
@@ -200,8 +271,33 @@ fn write_split(
         ProgressBar::hidden()
     };
     bar.set_prefix(split.to_string());
+    bar
+}
+
+/// Images per decoded chunk for `size`: at most [`CHUNK`] and about [`CHUNK_BYTES`] of
+/// output, but at least one per thread.
+fn chunk_len(size: u32) -> usize {
+    let image_bytes = 3 * (size as usize).pow(2);
+    (CHUNK_BYTES / image_bytes.max(1))
+        .min(CHUNK)
+        .max(rayon::current_num_threads())
+        .max(1)
+}
+
+/// Decodes `items` in parallel chunks into a new pack staged at `out`.
+fn stage_split(
+    out: &Path,
+    split: &str,
+    items: &[(PathBuf, u32)],
+    names: Vec<String>,
+    opts: &ImagenetOptions,
+    inputs: Vec<String>,
+) -> Result<StagedPack> {
+    let num_classes = names.len() as u32;
+    let mut writer = PackWriter::create(out, split, [3, opts.size, opts.size], num_classes)?;
+    let bar = progress_bar(split, items.len(), opts.progress);
     let mut skipped = 0u64;
-    for chunk in items.chunks(CHUNK) {
+    for chunk in items.chunks(chunk_len(opts.size)) {
         let decoded: Vec<Result<Vec<u8>>> = chunk
             .par_iter()
             .map(|(path, _)| {
@@ -213,7 +309,7 @@ fn write_split(
         for ((path, label), result) in chunk.iter().zip(decoded) {
             match result {
                 Ok(chw) => writer.push(&chw, *label, path)?,
-                Err(e @ PrepError::BadJpeg { .. }) if opts.skip_bad => {
+                Err(e) if opts.skip_bad && e.is_per_file() => {
                     log::warn!("skipping {e}");
                     skipped += 1;
                 }
@@ -224,18 +320,18 @@ fn write_split(
     bar.finish_and_clear();
     if skipped > 0 {
         log::warn!(
-            "{split}: skipped {skipped} unreadable JPEG(s) of {}",
+            "{split}: skipped {skipped} unusable JPEG(s) of {}",
             items.len()
         );
     }
-    writer.finish(
+    writer.finish_staged(
         names,
         Source {
             kind: "imagenet".into(),
             dataset: "imagenet".into(),
             inputs,
             processing: format!(
-                "decode JPEG to RGB, resize shorter side to {s} (triangle filter), centre crop {s}x{s}",
+                "decode JPEG to RGB, centre crop to at most {MAX_ASPECT}:1, resize shorter side to {s} (triangle filter), centre crop {s}x{s}",
                 s = opts.size
             ),
         },
@@ -243,11 +339,38 @@ fn write_split(
     )
 }
 
-/// Converts an ImageNet-layout folder into `out/train.aipk` and `out/val.aipk`.
-pub fn convert_imagenet(src: &Path, out: &Path, opts: &ImagenetOptions) -> Result<Vec<Header>> {
-    if opts.size == 0 {
-        return Err(PrepError::format(src, "--size must be at least 1"));
+/// Checks the options that need no I/O.
+fn check_options(src: &Path, opts: &ImagenetOptions) -> Result<()> {
+    if opts.size == 0 || opts.size > MAX_SIZE {
+        return Err(PrepError::format(
+            src,
+            format!("--size {} is outside 1..={MAX_SIZE}", opts.size),
+        ));
     }
+    if opts.limit_per_class == Some(0) {
+        return Err(PrepError::format(
+            src,
+            "--limit-per-class 0 would keep no images; give at least 1",
+        ));
+    }
+    Ok(())
+}
+
+/// A class whose training images were all skipped as unusable: an error naming its folder.
+fn check_no_empty_class(train_dir: &Path, wnids: &[String], train: &Header) -> Result<()> {
+    match train.class_counts.iter().position(|&c| c == 0) {
+        Some(c) => Err(PrepError::format(
+            train_dir.join(&wnids[c]),
+            "no usable training image in this class folder (all were skipped as unusable); replace them or remove the folder",
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Converts an ImageNet-layout folder into `out/train.aipk` and `out/val.aipk`. Both splits
+/// are staged before either is renamed into place, so a failure leaves neither.
+pub fn convert_imagenet(src: &Path, out: &Path, opts: &ImagenetOptions) -> Result<Vec<Header>> {
+    check_options(src, opts)?;
     let train_dir = src.join("train");
     let val_dir = src.join("val");
     for (dir, what) in [
@@ -278,18 +401,8 @@ pub fn convert_imagenet(src: &Path, out: &Path, opts: &ImagenetOptions) -> Resul
         .iter()
         .flat_map(|(w, files)| files.iter().map(|f| (f.clone(), index[w.as_str()])))
         .collect();
-
     let val_items = val_items(&val_dir, &index, opts)?;
-    let names = match &opts.synsets {
-        Some(p) => {
-            let map = read_synsets(p)?;
-            wnids
-                .iter()
-                .map(|w| map.get(w).cloned().unwrap_or_else(|| w.clone()))
-                .collect()
-        }
-        None => wnids.clone(),
-    };
+    let names = class_names(&wnids, opts)?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.threads)
         .build()
@@ -299,25 +412,39 @@ pub fn convert_imagenet(src: &Path, out: &Path, opts: &ImagenetOptions) -> Resul
         val_dir.display().to_string(),
     ];
     inputs.extend(opts.val_labels.iter().map(|p| p.display().to_string()));
-    pool.install(|| {
-        Ok(vec![
-            write_split(
-                &split_path(out, "train"),
-                "train",
-                &train_items,
+    let splits = [("train", train_items), ("val", val_items)];
+    let staged = pool.install(|| {
+        let mut staged = Vec::new();
+        for (split, items) in &splits {
+            let pack = stage_split(
+                &split_path(out, split),
+                split,
+                items,
                 names.clone(),
                 opts,
                 inputs.clone(),
-            )?,
-            write_split(
-                &split_path(out, "val"),
-                "val",
-                &val_items,
-                names,
-                opts,
-                inputs,
-            )?,
-        ])
+            )?;
+            if *split == "train" {
+                check_no_empty_class(&train_dir, &wnids, pack.header())?;
+            }
+            staged.push(pack);
+        }
+        Ok::<_, PrepError>(staged)
+    })?;
+    commit_all(staged)
+}
+
+/// Readable class names from `--synsets` where it has them, the wnids otherwise.
+fn class_names(wnids: &[String], opts: &ImagenetOptions) -> Result<Vec<String>> {
+    Ok(match &opts.synsets {
+        Some(p) => {
+            let map = read_synsets(p)?;
+            wnids
+                .iter()
+                .map(|w| map.get(w).cloned().unwrap_or_else(|| w.clone()))
+                .collect()
+        }
+        None => wnids.to_vec(),
     })
 }
 

@@ -11,4 +11,4 @@ pub mod imagenet;
 pub mod pack;
 
 pub use error::{PrepError, Result};
-pub use pack::{split_path, Header, Pack, PackWriter, Source};
+pub use pack::{commit_all, split_path, Header, Pack, PackWriter, Source, StagedPack};

@@ -40,7 +40,7 @@ enum Command {
         /// Output folder.
         #[arg(long)]
         out: PathBuf,
-        /// Output resolution: shorter side resized to SIZE, centre crop SIZE×SIZE.
+        /// Output resolution (1..=4096): shorter side resized to SIZE, centre crop SIZE×SIZE.
         #[arg(long, default_value_t = 224)]
         size: u32,
         /// For a flat val/: lines `<image> <wnid>` (also reads Kaggle's LOC_val_solution.csv).
@@ -49,7 +49,7 @@ enum Command {
         /// Lines `<wnid> <name>` (e.g. LOC_synset_mapping.txt) for readable class names.
         #[arg(long)]
         synsets: Option<PathBuf>,
-        /// Skip unreadable JPEGs and report how many, instead of stopping at the first.
+        /// Skip unreadable or too large JPEGs and report how many, instead of stopping at the first.
         #[arg(long)]
         skip_bad: bool,
         /// Keep at most N images per class and split (small subsets).

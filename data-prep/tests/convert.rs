@@ -1,8 +1,9 @@
 //! Round trips and malformed-input checks for every converter, on small files written here in
 //! the real formats (IDX, CIFAR-10 binary, JPEGs in the ImageNet layout).
 
+mod common;
+
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -10,76 +11,7 @@ use aiperf_data_prep::cifar::convert_cifar10;
 use aiperf_data_prep::idx::{convert_idx_dir, IdxDataset};
 use aiperf_data_prep::imagenet::{convert_imagenet, ImagenetOptions};
 use aiperf_data_prep::{split_path, Pack, PrepError};
-
-/// Deterministic pseudo-random bytes (an LCG), so tests need no RNG crate.
-fn bytes(n: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-fn idx_bytes(dims: &[u32], data: &[u8]) -> Vec<u8> {
-    let mut v = vec![0, 0, 0x08, dims.len() as u8];
-    for d in dims {
-        v.extend_from_slice(&d.to_be_bytes());
-    }
-    v.extend_from_slice(data);
-    v
-}
-
-fn gz(data: &[u8]) -> Vec<u8> {
-    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    e.write_all(data).unwrap();
-    e.finish().unwrap()
-}
-
-struct IdxSet {
-    train_images: Vec<u8>,
-    train_labels: Vec<u8>,
-    test_images: Vec<u8>,
-    test_labels: Vec<u8>,
-}
-
-/// Writes an IDX dataset with `n_train`/`n_test` 5×4 images; `gzip` picks the encoding.
-fn write_idx(dir: &Path, n_train: u32, n_test: u32, gzip: bool) -> IdxSet {
-    let set = IdxSet {
-        train_images: bytes(n_train as usize * 20, 1),
-        train_labels: bytes(n_train as usize, 2).iter().map(|b| b % 10).collect(),
-        test_images: bytes(n_test as usize * 20, 3),
-        test_labels: bytes(n_test as usize, 4).iter().map(|b| b % 10).collect(),
-    };
-    let files = [
-        (
-            "train-images-idx3-ubyte",
-            idx_bytes(&[n_train, 5, 4], &set.train_images),
-        ),
-        (
-            "train-labels-idx1-ubyte",
-            idx_bytes(&[n_train], &set.train_labels),
-        ),
-        (
-            "t10k-images-idx3-ubyte",
-            idx_bytes(&[n_test, 5, 4], &set.test_images),
-        ),
-        (
-            "t10k-labels-idx1-ubyte",
-            idx_bytes(&[n_test], &set.test_labels),
-        ),
-    ];
-    fs::create_dir_all(dir).unwrap();
-    for (name, data) in files {
-        if gzip {
-            fs::write(dir.join(format!("{name}.gz")), gz(&data)).unwrap();
-        } else {
-            fs::write(dir.join(name), data).unwrap();
-        }
-    }
-    set
-}
+use common::{assert_no_leftovers, idx_bytes, quiet, write_cifar, write_idx, write_imagenet};
 
 fn assert_pack_holds(pack: &Pack, images: &[u8], labels: &[u8]) {
     let b = pack.header().image_bytes();
@@ -89,19 +21,6 @@ fn assert_pack_holds(pack: &Pack, images: &[u8], labels: &[u8]) {
         assert_eq!(pack.label(i), u16::from(labels[i]), "label {i}");
     }
     pack.verify().unwrap();
-}
-
-/// No temporary or partial output is left in `out`.
-fn assert_no_leftovers(out: &Path) {
-    if let Ok(entries) = fs::read_dir(out) {
-        let names: Vec<String> = entries
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert!(
-            names.iter().all(|n| !n.contains(".tmp-")),
-            "temporary files left: {names:?}"
-        );
-    }
 }
 
 #[test]
@@ -145,10 +64,12 @@ fn idx_error(mutate: impl FnOnce(&Path)) -> (PrepError, PathBuf) {
     let out = tmp.path().join("out");
     let err = convert_idx_dir(&src, &out, IdxDataset::Mnist).unwrap_err();
     assert_no_leftovers(&out);
-    assert!(
-        !split_path(&out, "val").exists(),
-        "no val pack after a failed conversion"
-    );
+    for split in ["train", "val"] {
+        assert!(
+            !split_path(&out, split).exists(),
+            "no {split} pack after a failed conversion"
+        );
+    }
     (err, src)
 }
 
@@ -252,45 +173,6 @@ fn idx_missing_file_says_what_was_expected() {
     );
 }
 
-/// Writes a CIFAR-10 binary folder with `per_batch` records in each of the six files.
-fn write_cifar(dir: &Path, per_batch: usize) -> Vec<Vec<u8>> {
-    fs::create_dir_all(dir).unwrap();
-    let names = [
-        "airplane",
-        "automobile",
-        "bird",
-        "cat",
-        "deer",
-        "dog",
-        "frog",
-        "horse",
-        "ship",
-        "truck",
-    ];
-    fs::write(dir.join("batches.meta.txt"), names.join("\n") + "\n\n").unwrap();
-    let mut files = Vec::new();
-    for (i, name) in [
-        "data_batch_1",
-        "data_batch_2",
-        "data_batch_3",
-        "data_batch_4",
-        "data_batch_5",
-        "test_batch",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let mut data = Vec::new();
-        for r in 0..per_batch {
-            data.push(((i * 7 + r * 3) % 10) as u8);
-            data.extend(bytes(3072, (i * 1000 + r) as u32));
-        }
-        fs::write(dir.join(format!("{name}.bin")), &data).unwrap();
-        files.push(data);
-    }
-    files
-}
-
 #[test]
 fn cifar_round_trip_keeps_order_pixels_and_names() {
     let tmp = tempfile::tempdir().unwrap();
@@ -352,65 +234,6 @@ fn cifar_malformed_inputs_are_named() {
     fs::remove_file(src.join("data_batch_5.bin")).unwrap();
     let err = convert_cifar10(&src, &tmp.path().join("out")).unwrap_err();
     assert!(err.to_string().contains("data_batch_5.bin"), "{err}");
-}
-
-/// A `w`×`h` JPEG whose left half is dark and right half bright, in channel `tint`.
-fn jpeg(path: &Path, w: u32, h: u32, tint: usize) {
-    let img = image::RgbImage::from_fn(w, h, |x, _| {
-        let v = if x < w / 2 { 30 } else { 220 };
-        let mut p = [60u8; 3];
-        p[tint] = v;
-        image::Rgb(p)
-    });
-    fs::create_dir_all(path.parent().unwrap()).unwrap();
-    img.save_with_format(path, image::ImageFormat::Jpeg)
-        .unwrap();
-}
-
-fn write_imagenet(root: &Path, flat_val: bool) {
-    let wnids = ["n01440764", "n01443537", "n01484850"];
-    for (c, wnid) in wnids.iter().enumerate() {
-        for i in 0..3 {
-            // Landscape, portrait and square images of different sizes.
-            let (w, h) = [(48, 32), (30, 50), (40, 40)][i];
-            jpeg(&root.join(format!("train/{wnid}/{wnid}_{i}.JPEG")), w, h, c);
-        }
-        if flat_val {
-            jpeg(
-                &root.join(format!("val/ILSVRC2012_val_0000000{c}.JPEG")),
-                36,
-                24,
-                c,
-            );
-        } else {
-            jpeg(&root.join(format!("val/{wnid}/v{c}.jpeg")), 36, 24, c);
-        }
-    }
-    if flat_val {
-        let csv: String = std::iter::once("ImageId,PredictionString\n".to_string())
-            .chain(
-                wnids
-                    .iter()
-                    .enumerate()
-                    .map(|(c, w)| format!("ILSVRC2012_val_0000000{c},{w} 1 2 3 4\n")),
-            )
-            .collect();
-        fs::write(root.join("LOC_val_solution.csv"), csv).unwrap();
-    }
-    fs::write(
-        root.join("synsets.txt"),
-        "n01440764 tench, Tinca tinca\nn01443537 goldfish\n",
-    )
-    .unwrap();
-}
-
-fn quiet(size: u32) -> ImagenetOptions {
-    ImagenetOptions {
-        size,
-        progress: false,
-        threads: 2,
-        ..ImagenetOptions::default()
-    }
 }
 
 #[test]
@@ -599,49 +422,3 @@ fn cli_converts_and_reports_errors_with_nonzero_exit() {
         String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/cifar/batches.meta.txt")
     );
 }
-
-/// The real Fashion-MNIST from the Debian package `dataset-fashion-mnist`.
-#[test]
-fn real_fashion_mnist_converts_with_recorded_checksums() {
-    let src = Path::new("/usr/share/datasets/fashion-mnist");
-    if !src.is_dir() {
-        eprintln!(
-            "SKIP: {} missing (Debian package dataset-fashion-mnist; scripts/setup installs it)",
-            src.display()
-        );
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let headers = convert_idx_dir(src, tmp.path(), IdxDataset::FashionMnist).unwrap();
-    let (train, val) = (&headers[0], &headers[1]);
-    assert_eq!((train.num_samples, val.num_samples), (60_000, 10_000));
-    assert_eq!(
-        (train.num_classes, train.height, train.width, train.channels),
-        (10, 28, 28, 1)
-    );
-    // Fashion-MNIST is balanced: 6000 and 1000 images per class.
-    assert!(train.class_counts.iter().all(|&c| c == 6000));
-    assert!(val.class_counts.iter().all(|&c| c == 1000));
-    // Recorded from the Debian package's files (Zalando's release of 2017), computed
-    // independently with Python: sum(gzip.open(f).read()[16:]) for each image file.
-    assert_eq!(train.pixel_sum, FMNIST_TRAIN_PIXEL_SUM);
-    assert_eq!(val.pixel_sum, FMNIST_VAL_PIXEL_SUM);
-    // The usual normalisation constants of Fashion-MNIST: mean 0.2860, std 0.3530.
-    assert!(
-        (train.channel_mean[0] - 0.2860).abs() < 5e-4,
-        "{}",
-        train.channel_mean[0]
-    );
-    assert!(
-        (train.channel_std[0] - 0.3530).abs() < 5e-4,
-        "{}",
-        train.channel_std[0]
-    );
-    Pack::open(&split_path(tmp.path(), "train"))
-        .unwrap()
-        .verify()
-        .unwrap();
-}
-
-const FMNIST_TRAIN_PIXEL_SUM: u64 = 3_431_114_169;
-const FMNIST_VAL_PIXEL_SUM: u64 = 573_469_082;
