@@ -51,13 +51,16 @@ pub fn receive_any<C: Communicator>(
     let started = Instant::now();
     let mut pause = Duration::from_micros(20);
     loop {
-        if let Some((message, status)) = world.any_process().immediate_matched_probe() {
+        // A plain probe leaves the message queued: one over the limit is refused without
+        // receiving it; one within is then received from its sender (MPI keeps a sender's
+        // messages in order, so it is the one probed).
+        if let Some(status) = world.any_process().immediate_probe() {
             let size = u64::try_from(status.count(u8::equivalent_datatype())).unwrap_or(u64::MAX);
             let from = status.source_rank();
             if size > limit as u64 {
                 return Err(TransportError::TooLarge { from, size, limit });
             }
-            let (bytes, _) = (message, status).matched_receive_vec::<u8>();
+            let (bytes, _) = world.process_at_rank(from).receive_vec::<u8>();
             return Ok(Some((bytes, from)));
         }
         if started.elapsed() >= wait {
@@ -147,4 +150,44 @@ pub fn all_gather_strings<C: Communicator>(world: &C, mine: &str) -> Vec<String>
         .zip(&lens)
         .map(|(&d, &l)| String::from_utf8_lossy(&all[d as usize..(d + l) as usize]).into_owned())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mpi::request::WaitGuard;
+
+    /// Regression: the primary received a whole message before checking its size. Here a
+    /// singleton MPI world sends itself a message over the limit: it is refused by its
+    /// probed size (this is the only test of the library that initialises MPI).
+    #[test]
+    fn regression_oversized_message_is_refused_by_its_probed_size() {
+        let universe = mpi::initialize().expect("MPI initialises once per test process");
+        let world = universe.world();
+        let big = vec![7u8; 4096];
+        mpi::request::scope(|scope| {
+            let _sent = WaitGuard::from(world.process_at_rank(0).immediate_send(scope, &big[..]));
+            let e = receive_any(&world, Duration::from_secs(5), 1024).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    TransportError::TooLarge {
+                        from: 0,
+                        size: 4096,
+                        limit: 1024
+                    }
+                ),
+                "{e}"
+            );
+            // Within the limit it is received whole.
+            let (bytes, from) = receive_any(&world, Duration::from_secs(5), 8192)
+                .unwrap()
+                .unwrap();
+            assert_eq!((bytes.len(), from), (4096, 0));
+        });
+        assert_eq!(
+            all_gather_strings(&world, "node-α"),
+            vec!["node-α".to_string()]
+        );
+    }
 }

@@ -162,3 +162,13 @@ fn small_resnets_count_consistently() {
         .all(|l| l.bp == 2 * l.fp));
     assert_eq!(c.params, c.layers.iter().map(|l| l.params).sum::<u64>());
 }
+
+/// Regression: `aiperf ops --input 4000000000x4000000000x3` exited 0 with wrapped counts.
+#[test]
+fn regression_huge_input_is_an_error_not_a_wrapped_count() {
+    let g = crate::arch::resnet50(Shape::new(3, 4_000_000_000, 4_000_000_000), 1000);
+    let e = OpCount::of(&g).unwrap_err().to_string();
+    assert!(e.contains("exceeds 2^64"), "{e}");
+    // The largest sensible inputs still count.
+    assert!(OpCount::of(&crate::arch::resnet50(Shape::new(3, 4096, 4096), 1000)).is_ok());
+}

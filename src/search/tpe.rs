@@ -163,11 +163,15 @@ fn normal_cdf(x: f64, mu: f64, sigma: f64) -> f64 {
 }
 
 impl Gmm {
-    /// A draw truncated to [low, high) and rounded to a multiple of q = 1.
+    /// A draw truncated to [low, high) and rounded to a multiple of q = 1. Rejection
+    /// sampling, bounded: after `MAX_DRAWS` draws outside the range (a component far
+    /// outside it, or low = high) the component's mean clamped into the range is taken.
     fn sample(&self, low: f64, high: f64, rng: &mut ChaCha8Rng) -> f64 {
-        loop {
+        const MAX_DRAWS: usize = 1000;
+        let mut k = 0;
+        for _ in 0..MAX_DRAWS {
             let u: f64 = rng.random();
-            let mut k = 0;
+            k = 0;
             let mut acc = self.weights[0];
             while u >= acc && k + 1 < self.weights.len() {
                 k += 1;
@@ -180,6 +184,7 @@ impl Gmm {
                 return x.round();
             }
         }
+        self.mus[k].clamp(low, high).round()
     }
 
     /// hyperopt's quantised `GMM1_lpdf` (q = 1) truncated to [low, high].
@@ -305,7 +310,9 @@ impl Tpe {
         let below = adaptive_parzen(&b_below, &self.cfg, prior_mu, prior_sigma);
         let above = adaptive_parzen(&b_above, &self.cfg, prior_mu, prior_sigma);
         let mut best_b = (f64::NEG_INFINITY, lo);
-        for _ in 0..self.cfg.ei_candidates {
+        // One fixed batch size (low = high) leaves nothing to choose.
+        let candidates = if lo < hi { self.cfg.ei_candidates } else { 0 };
+        for _ in 0..candidates {
             let x = below.sample(lo, hi, &mut self.rng);
             let score = below.log_pdf_q1(x, lo, hi) - above.log_pdf_q1(x, lo, hi);
             if score > best_b.0 {

@@ -136,3 +136,19 @@ fn tpe_beats_random_search_on_average() {
         "TPE's advantage {mean:.5} is not significant (standard error {se:.5})"
     );
 }
+
+/// Regression: `--batch-size 32` (low = high) spun the primary forever in the sampler
+/// after the start-up trials.
+#[test]
+fn regression_fixed_batch_size_suggests_after_startup_without_hanging() {
+    let space = Space {
+        batch_size: (32, 32),
+        kernel_sizes: vec![3, 5, 7],
+    };
+    let mut tpe = Tpe::new(TpeConfig::default(), space).unwrap();
+    for i in 0..40 {
+        let h = tpe.suggest();
+        assert_eq!(h.batch_size, 32);
+        tpe.observe(h, 1.0 / f64::from(i + 1));
+    }
+}
