@@ -305,3 +305,68 @@ fn search_sim_prints_a_consistent_trajectory() {
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("use resnet20, resnet18 or resnet50"));
 }
+
+/// Runs `aiperf ARGS` (a singleton MPI process where the command uses MPI) and expects a
+/// clean failure: exit 1, no panic, a message containing every `expected` piece.
+fn refused(args: &[&str], expected: &[&str]) {
+    let out = aiperf()
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?}: {err}");
+    for e in expected {
+        assert!(err.contains(e), "{args:?}: expected {e:?} in {err}");
+    }
+}
+
+/// Regression: these flags panicked or aborted (or hung) instead of failing cleanly.
+#[test]
+fn regression_flags_that_panicked_are_clean_errors_naming_the_flag() {
+    refused(&["search-sim", "--trials", "0"], &["--trials"]);
+    refused(
+        &["comm-bench", "--max-bytes", "18446744073709551615"],
+        &["--max-bytes"],
+    );
+    refused(
+        &[
+            "ops",
+            "--arch",
+            "resnet50",
+            "--input",
+            "4000000000x4000000000x3",
+        ],
+        &["exceeds 2^64"],
+    );
+    refused(&["run", "--duration", "1e20"], &["--duration"]);
+    refused(&["run", "--threads", "0"], &["--threads"]);
+    refused(
+        &["run", "--monitor-interval", "inf"],
+        &["--monitor-interval"],
+    );
+    refused(&["run", "--batch-size", "0:8"], &["--batch-size"]);
+    refused(
+        &["run", "--resume", "/nonexistent", "--epochs", "3"],
+        &["--epochs", "cannot change"],
+    );
+    refused(&["dp-check", "--steps", "0"], &["--steps"]);
+}
+
+#[test]
+fn regression_data_check_crop_flip_padding_beyond_the_images_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_split(tmp.path(), "train", 10);
+    refused(
+        &[
+            "data-check",
+            "--augment",
+            "crop-flip:40",
+            "--data",
+            tmp.path().to_str().unwrap(),
+        ],
+        &["crop-flip padding 40", "6x6"],
+    );
+}

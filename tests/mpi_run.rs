@@ -15,7 +15,16 @@ use common::{
     output, rank_pids, read_run, read_with_architectures, spawn, wait_released, StderrLog,
 };
 
+/// The 32-rank run takes the machine alone (its 31 generators share the two cores); the
+/// other runs share it with each other.
+static MACHINE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    MACHINE.read().unwrap_or_else(|e| e.into_inner())
+}
+
 fn run(np: usize, extra: &[&str], dir: &Path) -> String {
+    let _turn = (np < 32).then(shared);
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let out = output(
         Command::new(&launcher)
@@ -125,6 +134,7 @@ fn four_ranks_three_groups_share_one_history() {
 
 #[test]
 fn thirty_two_ranks_simulated() {
+    let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
     run(
         32,
@@ -137,6 +147,7 @@ fn thirty_two_ranks_simulated() {
 
 #[test]
 fn a_bad_layout_is_refused_by_name() {
+    let _turn = shared();
     let tmp = tempfile::tempdir().unwrap();
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let out = output(
@@ -159,6 +170,7 @@ fn a_bad_layout_is_refused_by_name() {
 
 #[test]
 fn sigterm_stops_the_run_cleanly_with_records_intact() {
+    let _turn = shared();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
@@ -209,6 +221,7 @@ fn sigterm_stops_the_run_cleanly_with_records_intact() {
 
 #[test]
 fn a_stalled_group_is_named_and_the_run_ends_with_what_was_recorded() {
+    let _turn = shared();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
@@ -244,6 +257,7 @@ fn a_stalled_group_is_named_and_the_run_ends_with_what_was_recorded() {
 
 #[test]
 fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
+    let _turn = shared();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
@@ -251,13 +265,16 @@ fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
         Command::new(&launcher)
             .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
             .args(["3", "run", "--trainer", "simulated", "--group-size", "1"])
-            .args(["--duration", "30", "--results"])
+            .args(["--duration", "40", "--stall-timeout", "10", "--results"])
             .arg(&dir),
     );
     let log = StderrLog::follow(&mut child);
     log.wait_for(std::time::Duration::from_secs(60), |l| {
         l.matches(" epoch ").count() >= 6
     });
+    // Regression: a run older than --stall-timeout at its resume had every group declared
+    // stalled at once (the watch started at the run's t0). Make it older than that.
+    std::thread::sleep(std::time::Duration::from_secs(11));
     // SIGKILL one rank: mpirun takes the others down; nothing closes cleanly.
     let pids = rank_pids(&dir);
     assert_eq!(pids.len(), 3, "{pids:?}");
@@ -285,6 +302,8 @@ fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}{stderr}");
     assert!(stderr.contains("resuming"), "{stderr}");
+    assert!(!stderr.contains("made no progress"), "{stderr}");
+    assert!(!stdout.contains("not counted"), "{stdout}");
     assert!(
         stdout.contains("resumed                  1 time(s)"),
         "{stdout}"
@@ -323,5 +342,120 @@ fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
     let duration = after.info.end_time_s.unwrap() - after.info.start_time_s;
     assert!((s.ops_per_s - total as f64 / duration).abs() <= 1e-9 * s.ops_per_s);
     assert!(s.down_time_s > 0.0);
+    assert!(
+        after.info.end_time_s.unwrap() - after.info.start_time_s > 39.0,
+        "the resumed run went on to its deadline"
+    );
     check_records(&dir, 1);
+    // Regression: resuming a run that already ended at its deadline rewrote its score.
+    let again = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args(["3", "run", "--resume"])
+            .arg(&dir),
+    );
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(!again.status.success());
+    assert!(
+        err.contains("already ended at its deadline") && err.contains("aiperf score"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("already ended").count(),
+        1,
+        "printed once: {err}"
+    );
+    assert_eq!(
+        read_run(&dir).unwrap().info.end_time_s,
+        after.info.end_time_s
+    );
+}
+
+#[test]
+fn regression_a_panic_on_one_rank_ends_the_job_within_seconds() {
+    let _turn = shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let started = std::time::Instant::now();
+    let out = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args(["3", "run", "--trainer", "simulated", "--group-size", "1"])
+            .args(["--duration", "300", "--fault", "panic:2", "--results"])
+            .arg(tmp.path().join("r")),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("rank 2 panicked") && err.contains("MPI_Abort"),
+        "{err}"
+    );
+    assert!(err.contains("--resume"), "{err}");
+    assert!(
+        started.elapsed().as_secs() < 30,
+        "ended in {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_trial_with_non_finite_loss_is_recorded_failed_and_its_group_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let out = run(
+        3,
+        &["--duration", "6", "--group-size", "1", "--fault", "nan:1"],
+        &dir,
+    );
+    assert!(out.contains("score (sustained)"), "{out}");
+    let run = read_run(&dir).unwrap();
+    for g in 0..2u32 {
+        let trials: Vec<_> = run.trials.iter().filter(|t| t.group == g).collect();
+        assert!(trials.len() >= 3, "group {g} went on: {trials:?}");
+        assert_eq!(
+            trials[1].status,
+            aiperf_records::schema::TrialStatus::Failed
+        );
+        assert_eq!(trials[1].epochs, 1, "its completed epoch is kept");
+        assert!(trials
+            .iter()
+            .skip(2)
+            .all(|t| t.status != aiperf_records::schema::TrialStatus::Failed));
+    }
+    // The failed trials' completed epochs are on record and counted.
+    let failed: Vec<u64> = run
+        .trials
+        .iter()
+        .filter(|t| t.epochs == 1 && t.round == 1)
+        .map(|t| t.model_id)
+        .collect();
+    assert!(run
+        .groups
+        .iter()
+        .flat_map(|g| &g.epochs)
+        .any(|e| failed.contains(&e.model_id)));
+}
+
+#[test]
+fn regression_a_configuration_error_is_printed_once_not_per_rank() {
+    let _turn = shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let out = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args([
+                "3",
+                "run",
+                "--trainer",
+                "simulated",
+                "--status-interval",
+                "0",
+                "--results",
+            ])
+            .arg(tmp.path().join("r")),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.matches("--status-interval").count(), 1, "{err}");
 }

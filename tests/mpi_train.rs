@@ -266,7 +266,161 @@ fn sigterm_abandons_the_epoch_in_progress_and_closes_the_records() {
         .info
         .end_time_s
         .expect("a clean stop writes the end time");
-    let last = run.groups[0].epochs.last().unwrap().time_s;
-    assert!(last <= end, "an epoch after the end was recorded");
+    let last = run.groups[0].epochs.last().unwrap();
+    assert!(last.time_s <= end, "an epoch after the end was recorded");
     assert!(String::from_utf8_lossy(&out.stdout).contains("score (sustained)"));
+    // The epoch in progress at the signal was started and abandoned: the log says which,
+    // and the records stop at the epoch before it.
+    let abandoned = stderr
+        .lines()
+        .find(|l| l.contains("abandoned after"))
+        .unwrap_or_else(|| panic!("no epoch was abandoned: {stderr}"));
+    let model = last.model_id;
+    let recorded = run.groups[0]
+        .epochs
+        .iter()
+        .filter(|e| e.model_id == model)
+        .count() as u32;
+    assert!(
+        abandoned.contains(&format!("model {model} epoch {}: abandoned", recorded + 1)),
+        "{abandoned} (model {model}, {recorded} epochs recorded)"
+    );
+    assert!(
+        stderr.contains(&format!("model {model} epoch {}/", recorded)),
+        "the last recorded epoch completed before the signal"
+    );
+}
+
+/// Runs `aiperf run` (real trainer, 3 ranks) expecting it to fail; returns its stderr.
+fn run_failing(data: &Path, results: &Path, extra: &[&str]) -> String {
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let started = std::time::Instant::now();
+    let out = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args(["3", "run", "--trainer", "real", "--threads", "1", "--data"])
+            .arg(data)
+            .arg("--results")
+            .arg(results)
+            .args(extra),
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        started.elapsed().as_secs() < 60,
+        "refused before running: {err}"
+    );
+    err
+}
+
+fn quadrants(tmp: &Path, train: usize) -> std::path::PathBuf {
+    let data = tmp.join("quadrants");
+    std::fs::create_dir_all(&data).unwrap();
+    write_split(&data, "train", train, 1);
+    write_split(&data, "val", 48, 2);
+    data
+}
+
+#[test]
+fn regression_batch_size_range_too_large_for_train_images_is_refused_before_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = quadrants(tmp.path(), 200);
+    let err = run_failing(
+        &data,
+        &tmp.path().join("r"),
+        &["--batch-size", "8:256", "--train-images", "100"],
+    );
+    assert!(
+        err.contains("--batch-size") && err.contains("--train-images"),
+        "{err}"
+    );
+    assert!(!tmp.path().join("r/group-0.h5").exists(), "nothing trained");
+}
+
+#[test]
+fn regression_a_corrupted_pack_is_refused_at_open() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = quadrants(tmp.path(), 200);
+    let path = data.join("train.aipk");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[4096 + 77] ^= 0x10;
+    std::fs::write(&path, bytes).unwrap();
+    let err = run_failing(&data, &tmp.path().join("r"), &["--duration", "20"]);
+    assert!(
+        err.contains("checksum mismatch") && err.contains("train.aipk"),
+        "{err}"
+    );
+}
+
+#[test]
+fn regression_crop_flip_padding_larger_than_the_images_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = quadrants(tmp.path(), 200);
+    let printed =
+        output(Command::new(env!("CARGO_BIN_EXE_aiperf")).args(["run", "--print-config"]));
+    let mut preset: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap();
+    preset["train"]["augment"] = serde_json::json!({"crop_flip": {"pad": 40}});
+    let file = tmp.path().join("pad40.json");
+    std::fs::write(&file, preset.to_string()).unwrap();
+    let err = run_failing(
+        &data,
+        &tmp.path().join("r"),
+        &["--config", file.to_str().unwrap()],
+    );
+    assert!(
+        err.contains("train.augment") && err.contains("crop-flip padding 40"),
+        "{err}"
+    );
+}
+
+#[test]
+fn regression_one_rank_groups_exchange_no_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = quadrants(tmp.path(), 384);
+    let results = tmp.path().join("r");
+    run(
+        3,
+        &data,
+        &results,
+        &["--duration", "10", "--group-size", "1"],
+    );
+    let run = read_run(&results).unwrap();
+    let rows: Vec<_> = run.groups.iter().flat_map(|g| &g.epochs).collect();
+    assert!(!rows.is_empty());
+    assert!(
+        rows.iter().all(|e| e.allreduce_bytes == 0),
+        "one rank exchanges nothing"
+    );
+}
+
+/// A learning rate that makes every loss non-finite: each trial ends `failed`, is
+/// recorded, and the group goes on to the next one until the deadline.
+#[test]
+fn non_finite_losses_fail_trials_and_the_run_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = quadrants(tmp.path(), 384);
+    let printed =
+        output(Command::new(env!("CARGO_BIN_EXE_aiperf")).args(["run", "--print-config"]));
+    let mut preset: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap();
+    preset["train"]["lr_per_256"] = serde_json::json!(1e30);
+    let file = tmp.path().join("diverge.json");
+    std::fs::write(&file, preset.to_string()).unwrap();
+    let results = tmp.path().join("r");
+    let (_, err) = run(
+        3,
+        &data,
+        &results,
+        &["--duration", "12", "--config", file.to_str().unwrap()],
+    );
+    assert!(err.contains("non-finite"), "{err}");
+    let run = read_run(&results).unwrap();
+    let failed = run
+        .trials
+        .iter()
+        .filter(|t| t.status == aiperf_records::schema::TrialStatus::Failed)
+        .count();
+    assert!(
+        failed >= 2,
+        "{failed} failed trials: the group must go on after one"
+    );
 }

@@ -102,7 +102,10 @@ pub enum ToGroup {
         model_id: u64,
     },
     /// The candidate duplicates a seen architecture; generate another.
-    Duplicate,
+    Duplicate {
+        /// Models the group has not seen yet (so its generator proposes from them next).
+        history: Vec<HistoryEntry>,
+    },
     /// Hyperparameters for the next trial.
     Hparams(Hparams),
     /// Models trained since this group's last sync.
@@ -253,7 +256,7 @@ mod tests {
         let g = resnet50(Shape::new(3, 64, 64), 10);
         let answers = vec![
             ToGroup::Registered { model_id: 9 },
-            ToGroup::Duplicate,
+            ToGroup::Duplicate { history: vec![] },
             ToGroup::Hparams(Hparams {
                 batch_size: 32,
                 kernel_size: 3,

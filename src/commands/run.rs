@@ -185,6 +185,7 @@ fn configure(
     let Some(dir) = flags.resume.clone() else {
         return Ok((RecordedConfig::fresh(flags)?, None));
     };
+    RecordedConfig::check_resume_flags(flags, &dir)?;
     let mine = (world.rank() == 0).then(|| read_saved(&dir).map_err(|e| format!("{e:#}")));
     let saved = broadcast_value(world, mine.as_ref())?.map_err(anyhow::Error::msg)?;
     if saved.world_size != world.size() as u32 {

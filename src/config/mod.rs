@@ -271,13 +271,7 @@ impl RecordedConfig {
         dir: &Path,
         recorded_json: &str,
     ) -> Result<RecordedConfig, ConfigError> {
-        let fixed = f.fixed_by_records();
-        if !fixed.is_empty() {
-            return Err(ConfigError::FixedOnResume {
-                dir: dir.display().to_string(),
-                flags: fixed.join(", "),
-            });
-        }
+        Self::check_resume_flags(f, dir)?;
         let recorded = |message: String| ConfigError::Recorded {
             dir: dir.display().to_string(),
             message,
@@ -300,6 +294,19 @@ impl RecordedConfig {
             c.threads = f.threads;
         }
         Ok(c)
+    }
+
+    /// Refuses, before anything is read, the flags a resumed run may not give, and checks
+    /// the ranges of those it may.
+    pub fn check_resume_flags(f: &RunFlags, dir: &Path) -> Result<(), ConfigError> {
+        let fixed = f.fixed_by_records();
+        if !fixed.is_empty() {
+            return Err(ConfigError::FixedOnResume {
+                dir: dir.display().to_string(),
+                flags: fixed.join(", "),
+            });
+        }
+        operational(f, DEFAULT_INTERVALS).map(|_| ())
     }
 
     /// The simulated trainer's input shape.

@@ -229,7 +229,13 @@ fn lead_trial<C: Communicator>(
         };
         match ask(world, &register)? {
             ToGroup::Registered { model_id } => break (model_id, c),
-            ToGroup::Duplicate => {}
+            ToGroup::Duplicate { history: delta } => {
+                // Another group registered it first: propose from what they trained.
+                if !delta.is_empty() {
+                    absorb(ToGroup::History(delta), history);
+                    generator.update(history.clone(), c.kernel);
+                }
+            }
             _ => return Ok(None),
         }
     };

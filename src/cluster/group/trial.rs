@@ -105,6 +105,12 @@ pub fn run_trial<C: Communicator>(
         if let Some(l) = lead {
             verdict[0] = if e.abandoned || ctx.over() {
                 // Abandoned, or completed after the deadline: it does not count.
+                log::info!(
+                    "group {} model {} epoch {epoch}: abandoned after {:.1} s, the run ended during it (not counted)",
+                    l.group,
+                    id.model_id,
+                    e.wall_s
+                );
                 STOP_RUN
             } else if e.non_finite {
                 log::warn!(

@@ -360,7 +360,10 @@ impl<S: RecordSink> Primary<S> {
         })?;
         // The primary derives the descriptor itself: it never trusts the sender's.
         if !self.seen.insert(graph.descriptor()) {
-            return Ok(ToGroup::Duplicate);
+            // What the others trained meanwhile, so the next proposal can differ.
+            return Ok(ToGroup::Duplicate {
+                history: self.delta(group),
+            });
         }
         let id = self.next_id;
         self.next_id += 1;

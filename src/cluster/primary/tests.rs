@@ -77,7 +77,10 @@ fn registration_gives_global_ids_and_deduplicates_across_groups() {
         register(&mut p, 1, 0, "resnet8"),
         ToGroup::Registered { model_id: 0 }
     );
-    assert_eq!(register(&mut p, 3, 1, "resnet8"), ToGroup::Duplicate);
+    assert_eq!(
+        register(&mut p, 3, 1, "resnet8"),
+        ToGroup::Duplicate { history: vec![] }
+    );
     assert_eq!(
         register(&mut p, 3, 1, "resnet20"),
         ToGroup::Registered { model_id: 1 }
@@ -271,7 +274,10 @@ fn a_restored_primary_goes_on_from_the_recorded_rounds_ids_and_totals() {
         },
         ..Resumed::default()
     });
-    assert_eq!(register(&mut p, 1, 0, "resnet8"), ToGroup::Duplicate);
+    assert_eq!(
+        register(&mut p, 1, 0, "resnet8"),
+        ToGroup::Duplicate { history: vec![] }
+    );
     assert_eq!(
         register(&mut p, 1, 0, "resnet20"),
         ToGroup::Registered { model_id: 5 }
