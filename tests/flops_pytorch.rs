@@ -16,8 +16,10 @@ use aiperf::search::{Limits, Morphism};
 fn python() -> Option<String> {
     match std::env::var("AIPERF_TORCH_PYTHON") {
         Ok(p) if !p.is_empty() => Some(p),
-        _ if std::env::var_os("CI").is_some() => {
-            panic!("AIPERF_TORCH_PYTHON is not set under CI: make test sets it")
+        _ if std::env::var_os("CI").is_some()
+            || std::env::var("AIPERF_REQUIRE_PREREQS").as_deref() == Ok("1") =>
+        {
+            panic!("AIPERF_TORCH_PYTHON is not set under make test: scripts/setup-torch-venv creates it")
         }
         _ => {
             eprintln!("SKIP: set AIPERF_TORCH_PYTHON to a Python with torch (make test does: scripts/setup-torch-venv)");

@@ -80,6 +80,21 @@ pub enum ToPrimary {
     },
 }
 
+impl ToPrimary {
+    /// The group the message says it comes from (the primary checks it against the
+    /// sender's rank).
+    pub fn group(&self) -> u32 {
+        match self {
+            ToPrimary::Hello { group, .. }
+            | ToPrimary::Register { group, .. }
+            | ToPrimary::Suggest { group, .. }
+            | ToPrimary::Progress { group, .. }
+            | ToPrimary::Result { group, .. }
+            | ToPrimary::Bye { group } => *group,
+        }
+    }
+}
+
 /// A trained model, as the primary shares it with the groups' generators.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HistoryEntry {

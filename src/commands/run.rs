@@ -72,36 +72,20 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     set_results_hint(&results);
     let built = trainer(&world, &config, &place, &flags);
     let (trainer, start_graph, dataset) = agree(&world, built)?;
-    let interrupted = Arc::new(AtomicBool::new(false));
-    // SIGTERM/SIGINT (from mpirun, SLURM): the primary stops the run as at the deadline and
-    // leaders abandon the epoch in progress; every rank goes on until told to stop, so
-    // every file closes cleanly.
-    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
-        signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
-    }
-    let p = &config.preset;
-    let ctx = RunContext {
-        results: results.clone(),
-        start: start_graph,
-        epochs: p.epochs,
-        patience_scale: p.patience_scale,
-        kernel_sizes: p.kernel_sizes.clone(),
-        seed: config.seed,
-        search_threads: config.search_threads,
-        hosts: common.hosts.clone(),
-        clock: common.clock,
-        t0_s: common.t0_s,
-        deadline_s: common.t0_s + p.duration_s,
-        monitor_interval_s: config.intervals.monitor_s,
-        interrupted,
-        resume: saved.is_some(),
+    let ctx = context(
+        &config,
+        &common,
+        results.clone(),
+        saved.is_some(),
         trainer,
-    };
+        start_graph,
+    )?;
     let start = StartRecord {
         dataset,
         precision: precision_name(&config, &flags),
         devices: common.devices.clone(),
     };
+    let p = &config.preset;
     if world.rank() == 0 {
         log::info!(
             "aiperf run: preset {}, {} trainer ({}), {} ranks in {} group(s), {:.0} s, records in {} (should the job die, continue it with `aiperf run --resume {}` under the same launcher)",
@@ -136,6 +120,41 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         print!("{}", aiperf_records::report::text(&s));
     }
     Ok(())
+}
+
+/// What every rank's role needs; also arms SIGTERM/SIGINT: the primary stops the run as
+/// at the deadline and leaders abandon the epoch in progress, and every rank goes on until
+/// told to stop, so every file closes cleanly.
+fn context(
+    config: &RecordedConfig,
+    common: &bootstrap::Common,
+    results: PathBuf,
+    resume: bool,
+    trainer: Box<dyn Trainer>,
+    start: Graph,
+) -> anyhow::Result<RunContext> {
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
+    }
+    let p = &config.preset;
+    Ok(RunContext {
+        results,
+        start,
+        epochs: p.epochs,
+        patience_scale: p.patience_scale,
+        kernel_sizes: p.kernel_sizes.clone(),
+        seed: config.seed,
+        search_threads: config.search_threads,
+        hosts: common.hosts.clone(),
+        clock: common.clock,
+        t0_s: common.t0_s,
+        deadline_s: common.t0_s + p.duration_s,
+        monitor_interval_s: config.intervals.monitor_s,
+        interrupted,
+        resume,
+        trainer,
+    })
 }
 
 /// The recorded configuration's precision, or what replaces it (never VALID).

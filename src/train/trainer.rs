@@ -92,6 +92,18 @@ pub struct TrialSpec {
     pub epochs: u32,
 }
 
+/// How a training step ended.
+enum Step {
+    /// The update was applied; the step's weighted loss.
+    Applied(f64),
+    /// fp16: the gradients overflowed; the update was skipped and the scale lowered.
+    Skipped,
+    /// The run ended: the group abandons the epoch.
+    Abandoned,
+    /// The loss or gradients are non-finite for good.
+    NonFinite,
+}
+
 /// One trial being trained on this rank.
 pub struct TrialTrainer<'c, C: Communicator> {
     comm: &'c C,
@@ -154,6 +166,89 @@ impl<C: Communicator> TrialRun for TrialTrainer<'_, C> {
     }
 }
 
+/// Broadcasts the group leader's initial parameter and buffer values to every rank.
+fn broadcast_initial<C: Communicator>(
+    comm: &C,
+    vs: &nn::VarStore,
+    device: Device,
+) -> Result<(), TrainError> {
+    for (_, t) in &all_variables(vs) {
+        if t.kind() != Kind::Float {
+            continue;
+        }
+        let n = t.numel();
+        let mut host = vec![0f32; n];
+        t.to_device(Device::Cpu)
+            .contiguous()
+            .copy_data(&mut host, n);
+        comm.process_at_rank(0).broadcast_into(&mut host[..]);
+        tch::no_grad(|| -> Result<(), TrainError> {
+            let v = Tensor::f_from_slice(&host)?
+                .f_view_as(t)?
+                .f_to_device(device)?;
+            t.shallow_clone().f_copy_(&v)?;
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// This rank's training and validation loaders: its shard of every global batch of the
+/// trial's batch size.
+fn loaders(
+    cfg: &TrainConfig,
+    (rank, size): (usize, usize),
+    (train_pack, val_pack): (&Arc<Pack>, &Arc<Pack>),
+    spec: &TrialSpec,
+) -> Result<(Loader, Loader), TrainError> {
+    let global = spec.hparams.batch_size as usize * size;
+    let loader = |pack: &Arc<Pack>, lc: LoaderConfig| Loader::new(Arc::clone(pack), lc);
+    let train = loader(
+        train_pack,
+        LoaderConfig {
+            global_batch: global,
+            rank,
+            group_size: size,
+            seed: spec.seed,
+            shuffle: true,
+            drop_last: true,
+            augment: cfg.augment.clone(),
+            mean: None,
+            std: None,
+            workers: cfg.loader_workers,
+            prefetch: cfg.prefetch,
+            limit: cfg.train_images,
+        },
+    )?;
+    if train.batches_per_epoch() == 0 {
+        return Err(TrainError::Config(format!(
+                "{} training images per epoch make no global batch of {global} (batch size {} × {size} ranks): use more training images or a smaller batch-size range",
+                train.samples_per_epoch().max(cfg.train_images.unwrap_or(0)),
+                spec.hparams.batch_size
+            )));
+    }
+    // Validation normalises with the training split's statistics.
+    let h = train_pack.header();
+    let val = loader(
+        val_pack,
+        LoaderConfig {
+            global_batch: cfg.val_batch.max(1) * size,
+            rank,
+            group_size: size,
+            seed: spec.seed,
+            shuffle: false,
+            drop_last: false,
+            augment: cfg.val_augment.clone(),
+            mean: Some(h.channel_mean.iter().map(|&m| m as f32).collect()),
+            std: Some(h.channel_std.iter().map(|&s| s as f32).collect()),
+            workers: cfg.loader_workers,
+            prefetch: cfg.prefetch,
+            limit: cfg.val_images,
+        },
+    )?;
+    Ok((train, val))
+}
+
 /// Waits for the device's queued work, so that wall-clock intervals measure it.
 fn synchronize(device: Device) {
     if let Device::Cuda(i) = device {
@@ -182,24 +277,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let vs = nn::VarStore::new(device);
         let net = Net::build(&vs.root(), &spec.graph)?;
         // The leader's initial values everywhere (bit-identical start on any devices).
-        let named = all_variables(&vs);
-        for (_, t) in &named {
-            let n = t.numel();
-            let mut host = vec![0f32; n];
-            if t.kind() == Kind::Float {
-                t.to_device(Device::Cpu)
-                    .contiguous()
-                    .copy_data(&mut host, n);
-                comm.process_at_rank(0).broadcast_into(&mut host[..]);
-                tch::no_grad(|| -> Result<(), TrainError> {
-                    let v = Tensor::f_from_slice(&host)?
-                        .f_view_as(t)?
-                        .f_to_device(device)?;
-                    t.shallow_clone().f_copy_(&v)?;
-                    Ok(())
-                })?;
-            }
-        }
+        broadcast_initial(comm, &vs, device)?;
         let global = spec.hparams.batch_size as usize * size;
         let lr = cfg.lr_per_256 * global as f64 / 256.0;
         let opt = nn::Sgd {
@@ -208,50 +286,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             ..Default::default()
         }
         .build(&vs, lr)?;
-        let loader = |pack: &Arc<Pack>, lc: LoaderConfig| Loader::new(Arc::clone(pack), lc);
-        let train = loader(
-            train_pack,
-            LoaderConfig {
-                global_batch: global,
-                rank,
-                group_size: size,
-                seed: spec.seed,
-                shuffle: true,
-                drop_last: true,
-                augment: cfg.augment.clone(),
-                mean: None,
-                std: None,
-                workers: cfg.loader_workers,
-                prefetch: cfg.prefetch,
-                limit: cfg.train_images,
-            },
-        )?;
-        if train.batches_per_epoch() == 0 {
-            return Err(TrainError::Config(format!(
-                "{} training images per epoch make no global batch of {global} (batch size {} × {size} ranks): use more training images or a smaller batch-size range",
-                train.samples_per_epoch().max(cfg.train_images.unwrap_or(0)),
-                spec.hparams.batch_size
-            )));
-        }
-        // Validation normalises with the training split's statistics.
-        let h = train_pack.header();
-        let val = loader(
-            val_pack,
-            LoaderConfig {
-                global_batch: cfg.val_batch.max(1) * size,
-                rank,
-                group_size: size,
-                seed: spec.seed,
-                shuffle: false,
-                drop_last: false,
-                augment: cfg.val_augment.clone(),
-                mean: Some(h.channel_mean.iter().map(|&m| m as f32).collect()),
-                std: Some(h.channel_std.iter().map(|&s| s as f32).collect()),
-                workers: cfg.loader_workers,
-                prefetch: cfg.prefetch,
-                limit: cfg.val_images,
-            },
-        )?;
+        let (train, val) = loaders(cfg, (rank, size), (train_pack, val_pack), spec)?;
         Ok(TrialTrainer {
             comm,
             cfg: cfg.clone(),
@@ -283,8 +318,6 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let mut stats = EpochStats::default();
         let steps = self.train.batches_per_epoch();
         let steps_u32 = u32::try_from(steps).unwrap_or(u32::MAX);
-        let smoothing = self.cfg.label_smoothing;
-        let fp16 = self.cfg.precision == Precision::Fp16;
         let (mut loss_sum, mut applied) = (0f64, 0usize);
         let mut batches = self.train.epoch(u64::from(epoch - 1));
         for step in 0..steps {
@@ -294,60 +327,23 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                 .ok_or_else(|| TrainError::Config("the loader ended an epoch early".into()))?;
             let (x, y) = batch.to_tensors(self.device)?;
             stats.data_wait_s += waited.elapsed().as_secs_f64();
-            let computing = Instant::now();
             let weight = batch.len() as f32 / batch.global_size as f32;
-            self.opt.set_lr(self.schedule.lr(
-                epoch - 1,
-                u32::try_from(step).unwrap_or(u32::MAX),
-                steps_u32,
-            ));
-            self.opt.zero_grad();
-            let loss = tch::autocast(fp16, || {
-                self.net.forward_t(&x, true).f_cross_entropy_loss::<Tensor>(
-                    &y,
-                    None,
-                    Reduction::Mean,
-                    -100,
-                    smoothing,
-                )
-            })?;
-            // fp16: backward through the scaled loss, unscaled inside the exchange's weight.
-            let scale = self.scaler.as_ref().map_or(1.0, LossScaler::scale);
-            if scale == 1.0 {
-                loss.f_backward()?;
-            } else {
-                loss.f_mul_scalar(scale)?.f_backward()?;
+            let step_u32 = u32::try_from(step).unwrap_or(u32::MAX);
+            self.opt
+                .set_lr(self.schedule.lr(epoch - 1, step_u32, steps_u32));
+            match self.step(&x, &y, weight, stop(), &mut stats)? {
+                Step::Applied(loss) => {
+                    loss_sum += loss;
+                    applied += 1;
+                }
+                Step::Skipped => {}
+                Step::Abandoned => {
+                    stats.abandoned = true;
+                    stats.wall_s = started.elapsed().as_secs_f64();
+                    return Ok(stats);
+                }
+                Step::NonFinite => return Ok(self.failed(stats, started)),
             }
-            let step_loss = loss.f_double_value(&[])? * f64::from(weight);
-            synchronize(self.device);
-            stats.compute_s += computing.elapsed().as_secs_f64();
-            let (s, abandon) = sync_gradients_with_flag(
-                self.comm,
-                &self.vars,
-                (f64::from(weight) / scale) as f32,
-                stop(),
-                &mut self.bucket,
-                &mut self.reduced,
-            )?;
-            stats.allreduce_s += s.seconds;
-            stats.allreduce_bytes += s.bytes;
-            if abandon {
-                stats.abandoned = true;
-                stats.wall_s = started.elapsed().as_secs_f64();
-                return Ok(stats);
-            }
-            match self.scaler.as_mut().map(|sc| sc.update(s.finite)) {
-                None if !s.finite => return Ok(self.failed(stats, started)),
-                Some(StepAction::GiveUp) => return Ok(self.failed(stats, started)),
-                Some(StepAction::Skip) => continue,
-                _ => {}
-            }
-            loss_sum += step_loss;
-            applied += 1;
-            let updating = Instant::now();
-            self.opt.step();
-            synchronize(self.device);
-            stats.compute_s += updating.elapsed().as_secs_f64();
         }
         drop(batches);
         // Every rank's running statistics saw only its shards: take the group's average
@@ -361,7 +357,90 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         )?;
         stats.allreduce_s += s.seconds;
         stats.allreduce_bytes += s.bytes;
-        // Validation on this rank's shard; sums reduced over the group.
+        let (val_loss, correct, seen) = self.validate(&mut stats)?;
+        let local = [loss_sum, val_loss, correct, seen];
+        let mut total = [0f64; 4];
+        let reducing = Instant::now();
+        self.comm
+            .all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());
+        stats.allreduce_s += reducing.elapsed().as_secs_f64();
+        // Optimizer steps (fp16 skips the updates of overflowing steps; their images were
+        // still trained forward and backward).
+        stats.steps = applied as u64;
+        stats.train_images = self.train.samples_per_epoch() as u64;
+        stats.val_images = total[3] as u64;
+        // The per-step losses are already weighted by shard; summed over ranks they are the
+        // global batches' mean losses (of the steps applied).
+        stats.train_loss = total[0] / applied.max(1) as f64;
+        stats.val_loss = total[1] / total[3].max(1.0);
+        stats.val_accuracy = total[2] / total[3].max(1.0);
+        stats.wall_s = started.elapsed().as_secs_f64();
+        Ok(stats)
+    }
+
+    /// One training step on this rank's shard `x`, `y` (weight: its share of the global
+    /// batch): forward, backward (through the scaled loss under fp16), the gradient
+    /// exchange carrying the stop flag, and the update unless the step is skipped.
+    fn step(
+        &mut self,
+        x: &Tensor,
+        y: &Tensor,
+        weight: f32,
+        stop: bool,
+        stats: &mut EpochStats,
+    ) -> Result<Step, TrainError> {
+        let computing = Instant::now();
+        let fp16 = self.cfg.precision == Precision::Fp16;
+        let smoothing = self.cfg.label_smoothing;
+        self.opt.zero_grad();
+        let loss = tch::autocast(fp16, || {
+            self.net.forward_t(x, true).f_cross_entropy_loss::<Tensor>(
+                y,
+                None,
+                Reduction::Mean,
+                -100,
+                smoothing,
+            )
+        })?;
+        // fp16: backward through the scaled loss, unscaled inside the exchange's weight.
+        let scale = self.scaler.as_ref().map_or(1.0, LossScaler::scale);
+        if scale == 1.0 {
+            loss.f_backward()?;
+        } else {
+            loss.f_mul_scalar(scale)?.f_backward()?;
+        }
+        let step_loss = loss.f_double_value(&[])? * f64::from(weight);
+        synchronize(self.device);
+        stats.compute_s += computing.elapsed().as_secs_f64();
+        let (s, abandon) = sync_gradients_with_flag(
+            self.comm,
+            &self.vars,
+            (f64::from(weight) / scale) as f32,
+            stop,
+            &mut self.bucket,
+            &mut self.reduced,
+        )?;
+        stats.allreduce_s += s.seconds;
+        stats.allreduce_bytes += s.bytes;
+        if abandon {
+            return Ok(Step::Abandoned);
+        }
+        match self.scaler.as_mut().map(|sc| sc.update(s.finite)) {
+            None if !s.finite => return Ok(Step::NonFinite),
+            Some(StepAction::GiveUp) => return Ok(Step::NonFinite),
+            Some(StepAction::Skip) => return Ok(Step::Skipped),
+            _ => {}
+        }
+        let updating = Instant::now();
+        self.opt.step();
+        synchronize(self.device);
+        stats.compute_s += updating.elapsed().as_secs_f64();
+        Ok(Step::Applied(step_loss))
+    }
+
+    /// Validation on this rank's shard: (summed loss, correct, images).
+    fn validate(&mut self, stats: &mut EpochStats) -> Result<(f64, f64, f64), TrainError> {
+        let fp16 = self.cfg.precision == Precision::Fp16;
         let (mut val_loss, mut correct, mut seen) = (0f64, 0f64, 0f64);
         let mut batches = self.val.epoch(0);
         loop {
@@ -391,23 +470,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             correct += c;
             seen += batch.len() as f64;
         }
-        drop(batches);
-        let local = [loss_sum, val_loss, correct, seen];
-        let mut total = [0f64; 4];
-        let reducing = Instant::now();
-        self.comm
-            .all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());
-        stats.allreduce_s += reducing.elapsed().as_secs_f64();
-        stats.steps = steps as u64;
-        stats.train_images = self.train.samples_per_epoch() as u64;
-        stats.val_images = total[3] as u64;
-        // The per-step losses are already weighted by shard; summed over ranks they are the
-        // global batches' mean losses (of the steps applied: fp16 skips overflowing ones).
-        stats.train_loss = total[0] / applied.max(1) as f64;
-        stats.val_loss = total[1] / total[3].max(1.0);
-        stats.val_accuracy = total[2] / total[3].max(1.0);
-        stats.wall_s = started.elapsed().as_secs_f64();
-        Ok(stats)
+        Ok((val_loss, correct, seen))
     }
 
     /// The epoch's statistics so far, marked as failed by a non-finite loss.

@@ -103,47 +103,16 @@ pub fn run_trial<C: Communicator>(
         }
         let mut verdict = [GO_ON];
         if let Some(l) = lead {
-            verdict[0] = if e.abandoned || ctx.over() {
-                // Abandoned, or completed after the deadline: it does not count.
-                log::info!(
-                    "group {} model {} epoch {epoch}: abandoned after {:.1} s, the run ended during it (not counted)",
-                    l.group,
-                    id.model_id,
-                    e.wall_s
-                );
-                STOP_RUN
-            } else if e.non_finite {
-                log::warn!(
-                    "group {} model {}: loss non-finite in epoch {epoch}: the trial fails; its {} completed epoch(s) count",
-                    l.group,
-                    id.model_id,
-                    out.epochs
-                );
-                FAILED
-            } else {
-                let row = record_epoch(l, ctx, id, epoch, &e, &count)?;
-                out.epochs = epoch;
-                out.best = out.best.max(e.val_accuracy);
-                out.curve.push(e.val_accuracy);
-                log_epoch(l.group, id.model_id, epoch, spec.epochs, &e);
-                let reply = ask(
-                    l.world,
-                    &ToPrimary::Progress {
-                        group: l.group,
-                        model_id: id.model_id,
-                        epoch,
-                        val_accuracy: e.val_accuracy,
-                        ops: row.train_ops.saturating_add(row.val_ops),
-                    },
-                )?;
-                if !matches!(reply, ToGroup::Continue) {
-                    STOP_RUN
-                } else if stopper.update(e.val_loss) {
-                    STOP_TRIAL
-                } else {
-                    GO_ON
-                }
-            };
+            verdict[0] = lead_verdict(
+                l,
+                ctx,
+                id,
+                (epoch, spec.epochs),
+                &e,
+                &count,
+                &mut out,
+                &mut stopper,
+            )?;
         }
         comm.process_at_rank(0).broadcast_into(&mut verdict[..]);
         match verdict[0] {
@@ -161,6 +130,59 @@ pub fn run_trial<C: Communicator>(
     }
     out.wall_s = started.elapsed().as_secs_f64();
     Ok(out)
+}
+
+/// The leader's verdict on a finished (or abandoned) epoch: the run is over, the trial
+/// failed, or the epoch is recorded and reported and early stopping decides.
+#[allow(clippy::too_many_arguments)]
+fn lead_verdict<C: Communicator>(
+    l: &LeaderSide<'_, C>,
+    ctx: &RunContext,
+    id: TrialId,
+    (epoch, of): (u32, u32),
+    e: &EpochStats,
+    count: &OpCount,
+    out: &mut TrialOutcome,
+    stopper: &mut EarlyStopping,
+) -> Result<u8, GroupError> {
+    if e.abandoned || ctx.over() {
+        // Abandoned, or completed after the deadline: it does not count.
+        log::info!(
+            "group {} model {} epoch {epoch}: abandoned after {:.1} s, the run ended during it (not counted)",
+            l.group,
+            id.model_id,
+            e.wall_s
+        );
+        return Ok(STOP_RUN);
+    }
+    if e.non_finite {
+        log::warn!(
+            "group {} model {}: loss non-finite in epoch {epoch}: the trial fails; its {} completed epoch(s) count",
+            l.group,
+            id.model_id,
+            out.epochs
+        );
+        return Ok(FAILED);
+    }
+    let row = record_epoch(l, ctx, id, epoch, e, count)?;
+    out.epochs = epoch;
+    out.best = out.best.max(e.val_accuracy);
+    out.curve.push(e.val_accuracy);
+    log_epoch(l.group, id.model_id, epoch, of, e);
+    let progress = ToPrimary::Progress {
+        group: l.group,
+        model_id: id.model_id,
+        epoch,
+        val_accuracy: e.val_accuracy,
+        ops: row.train_ops.saturating_add(row.val_ops),
+    };
+    Ok(if !matches!(ask(l.world, &progress)?, ToGroup::Continue) {
+        STOP_RUN
+    } else if stopper.update(e.val_loss) {
+        STOP_TRIAL
+    } else {
+        GO_ON
+    })
 }
 
 /// Whether every rank of the group holds the same parameters (collective when the trainer

@@ -263,14 +263,7 @@ impl<S: RecordSink> Primary<S> {
         let group = self
             .group_of(sender)
             .ok_or(PrimaryError::NotALeader { rank: sender })?;
-        let claimed = match &msg {
-            ToPrimary::Hello { group, .. }
-            | ToPrimary::Register { group, .. }
-            | ToPrimary::Suggest { group, .. }
-            | ToPrimary::Progress { group, .. }
-            | ToPrimary::Result { group, .. }
-            | ToPrimary::Bye { group } => *group,
-        };
+        let claimed = msg.group();
         if claimed != group {
             return Err(PrimaryError::WrongGroup {
                 rank: sender,
