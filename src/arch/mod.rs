@@ -214,6 +214,96 @@ pub enum ArchError {
     Json(String),
 }
 
+/// The output shape of node `i`, a `layer` reading inputs of shapes `ins`, or what is wrong.
+fn infer(i: usize, layer: &Layer, ins: &[Shape]) -> Result<Shape, String> {
+    let arity = ins.len();
+    Ok(match layer {
+        Layer::Input { shape } => {
+            if i != 0 || arity != 0 {
+                return Err("only node 0 may be the input, and it reads nothing".into());
+            }
+            if shape.elements() == 0 {
+                return Err(format!("input shape {shape} has a zero dimension"));
+            }
+            *shape
+        }
+        Layer::Add | Layer::Concat if arity < 2 => {
+            return Err(format!("needs at least 2 inputs, has {arity}"))
+        }
+        Layer::Add => {
+            if let Some(s) = ins.iter().find(|s| **s != ins[0]) {
+                return Err(format!("inputs of different shapes: {} and {s}", ins[0]));
+            }
+            ins[0]
+        }
+        Layer::Concat => {
+            if let Some(s) = ins.iter().find(|s| (s.h, s.w) != (ins[0].h, ins[0].w)) {
+                return Err(format!(
+                    "inputs of different resolution: {} and {s}",
+                    ins[0]
+                ));
+            }
+            Shape::new(ins.iter().map(|s| s.c).sum(), ins[0].h, ins[0].w)
+        }
+        _ if arity != 1 => return Err(format!("needs exactly 1 input, has {arity}")),
+        Layer::Conv2d {
+            out_channels,
+            kernel,
+            stride,
+            padding,
+        } => {
+            let x = ins[0];
+            if *out_channels == 0 {
+                return Err("0 output channels".into());
+            }
+            windowed(x, *out_channels, (*kernel, *stride, *padding), "kernel")?
+        }
+        Layer::MaxPool {
+            kernel,
+            stride,
+            padding,
+        } => {
+            let x = ins[0];
+            if 2 * padding > *kernel {
+                return Err(format!(
+                    "padding {padding} exceeds half the window {kernel}"
+                ));
+            }
+            windowed(x, x.c, (*kernel, *stride, *padding), "window")?
+        }
+        Layer::BatchNorm | Layer::Relu => ins[0],
+        Layer::GlobalAvgPool => Shape::new(ins[0].c, 1, 1),
+        Layer::Dense { out_features } => {
+            if (ins[0].h, ins[0].w) != (1, 1) {
+                return Err(format!(
+                    "input {} is not flat: put a global_avg_pool before a dense layer",
+                    ins[0]
+                ));
+            }
+            if *out_features == 0 {
+                return Err("0 output features".into());
+            }
+            Shape::new(*out_features, 1, 1)
+        }
+    })
+}
+
+/// The output of a sliding window (`kernel`, `stride`, `padding`) over `x` with
+/// `channels` output channels, or why the window does not fit.
+fn windowed(
+    x: Shape,
+    channels: u32,
+    (k, s, p): (u32, u32, u32),
+    what: &str,
+) -> Result<Shape, String> {
+    match (window_out(x.h, k, s, p), window_out(x.w, k, s, p)) {
+        (Some(h), Some(w)) => Ok(Shape::new(channels, h, w)),
+        _ => Err(format!(
+            "{what} {k}, stride {s}, padding {p} does not fit input {x}"
+        )),
+    }
+}
+
 /// The spatial output side of a window of `k`, stride `s`, padding `p` over `n` pixels.
 fn window_out(n: u32, k: u32, s: u32, p: u32) -> Option<u32> {
     let padded = n.checked_add(p.checked_mul(2)?)?;
@@ -276,98 +366,9 @@ impl Graph {
             for &j in &node.inputs {
                 used[j] = true;
             }
-            let arity = node.inputs.len();
+            let _arity = node.inputs.len();
             let ins: Vec<Shape> = node.inputs.iter().map(|&j| shapes[j]).collect();
-            let shape = match &node.layer {
-                Layer::Input { shape } => {
-                    if i != 0 || arity != 0 {
-                        return Err(err(
-                            "only node 0 may be the input, and it reads nothing".into()
-                        ));
-                    }
-                    if shape.elements() == 0 {
-                        return Err(err(format!("input shape {shape} has a zero dimension")));
-                    }
-                    *shape
-                }
-                Layer::Add | Layer::Concat if arity < 2 => {
-                    return Err(err(format!("needs at least 2 inputs, has {arity}")))
-                }
-                Layer::Add => {
-                    if let Some(s) = ins.iter().find(|s| **s != ins[0]) {
-                        return Err(err(format!(
-                            "inputs of different shapes: {} and {s}",
-                            ins[0]
-                        )));
-                    }
-                    ins[0]
-                }
-                Layer::Concat => {
-                    if let Some(s) = ins.iter().find(|s| (s.h, s.w) != (ins[0].h, ins[0].w)) {
-                        return Err(err(format!(
-                            "inputs of different resolution: {} and {s}",
-                            ins[0]
-                        )));
-                    }
-                    Shape::new(ins.iter().map(|s| s.c).sum(), ins[0].h, ins[0].w)
-                }
-                _ if arity != 1 => return Err(err(format!("needs exactly 1 input, has {arity}"))),
-                Layer::Conv2d {
-                    out_channels,
-                    kernel,
-                    stride,
-                    padding,
-                } => {
-                    let x = ins[0];
-                    if *out_channels == 0 {
-                        return Err(err("0 output channels".into()));
-                    }
-                    let out = |n| window_out(n, *kernel, *stride, *padding);
-                    match (out(x.h), out(x.w)) {
-                        (Some(h), Some(w)) => Shape::new(*out_channels, h, w),
-                        _ => {
-                            return Err(err(format!(
-                                "kernel {kernel}, stride {stride}, padding {padding} does not fit input {x}"
-                            )))
-                        }
-                    }
-                }
-                Layer::MaxPool {
-                    kernel,
-                    stride,
-                    padding,
-                } => {
-                    let x = ins[0];
-                    if 2 * padding > *kernel {
-                        return Err(err(format!(
-                            "padding {padding} exceeds half the window {kernel}"
-                        )));
-                    }
-                    let out = |n| window_out(n, *kernel, *stride, *padding);
-                    match (out(x.h), out(x.w)) {
-                        (Some(h), Some(w)) => Shape::new(x.c, h, w),
-                        _ => {
-                            return Err(err(format!(
-                                "window {kernel}, stride {stride}, padding {padding} does not fit input {x}"
-                            )))
-                        }
-                    }
-                }
-                Layer::BatchNorm | Layer::Relu => ins[0],
-                Layer::GlobalAvgPool => Shape::new(ins[0].c, 1, 1),
-                Layer::Dense { out_features } => {
-                    if (ins[0].h, ins[0].w) != (1, 1) {
-                        return Err(err(format!(
-                            "input {} is not flat: put a global_avg_pool before a dense layer",
-                            ins[0]
-                        )));
-                    }
-                    if *out_features == 0 {
-                        return Err(err("0 output features".into()));
-                    }
-                    Shape::new(*out_features, 1, 1)
-                }
-            };
+            let shape = infer(i, &node.layer, &ins).map_err(err)?;
             shapes.push(shape);
         }
         let last = self.output();

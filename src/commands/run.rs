@@ -37,28 +37,12 @@ struct Saved {
 /// Runs the benchmark.
 pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     if flags.print_config {
-        if flags.resume.is_some() {
-            bail!("--print-config does not combine with --resume");
-        }
-        let c = RecordedConfig::fresh(&flags)?;
-        println!("{}", serde_json::to_string_pretty(&c.preset)?);
-        return Ok(());
+        return print_config(&flags);
     }
     let universe = init_mpi()?;
     let world = universe.world();
     let (config, saved) = once(&world, configure(&world, &flags))?;
-    let place = once(
-        &world,
-        bootstrap::place(
-            &world,
-            config.trainer,
-            config.group_size,
-            config.threads,
-            config.sim.ops,
-        )
-        .map_err(anyhow::Error::msg)
-        .and_then(|p| check_layout(p, saved.as_ref())),
-    )?;
+    let place = once(&world, placement(&world, &config, saved.as_ref()))?;
     tch::set_num_threads(i32::try_from(place.threads).unwrap_or(i32::MAX));
     let common = bootstrap::common(&world, &place, saved.as_ref().map(|s| s.t0_s));
     let mut config = config;
@@ -114,11 +98,53 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     // Every rank has closed its files.
     world.barrier();
     if rank == 0 {
-        let run = aiperf_records::read_run(&results)?;
-        let interval = p.score_interval_s.min(p.duration_s / 4.0);
-        let s = aiperf_records::score(&run, interval)?;
-        print!("{}", aiperf_records::report::text(&s));
+        print_score(&results, &config)?;
     }
+    Ok(())
+}
+
+/// `--print-config`: the resolved preset as a preset file.
+fn print_config(flags: &RunFlags) -> anyhow::Result<()> {
+    if flags.resume.is_some() {
+        bail!("--print-config does not combine with --resume");
+    }
+    let c = RecordedConfig::fresh(flags)?;
+    println!("{}", serde_json::to_string_pretty(&c.preset)?);
+    Ok(())
+}
+
+/// Collective: this rank's placement; a resumed run must keep its groups.
+fn placement(
+    world: &SimpleCommunicator,
+    config: &RecordedConfig,
+    saved: Option<&Saved>,
+) -> anyhow::Result<Placement> {
+    let place = bootstrap::place(
+        world,
+        config.trainer,
+        config.group_size,
+        config.threads,
+        config.sim.ops,
+    )
+    .map_err(anyhow::Error::msg)?;
+    if let Some(s) = saved {
+        if place.layout.groups() != s.groups {
+            bail!(
+                "--resume: the run had {} groups, this layout makes {}: use the first run's --group-size (recorded in its config)",
+                s.groups,
+                place.layout.groups()
+            );
+        }
+    }
+    Ok(place)
+}
+
+/// Rank 0, once every rank has closed its files: the score table of the run.
+fn print_score(results: &Path, config: &RecordedConfig) -> anyhow::Result<()> {
+    let p = &config.preset;
+    let run = aiperf_records::read_run(results)?;
+    let s = aiperf_records::score(&run, p.score_interval_s.min(p.duration_s / 4.0))?;
+    print!("{}", aiperf_records::report::text(&s));
     Ok(())
 }
 
@@ -246,20 +272,6 @@ fn read_saved(dir: &Path) -> anyhow::Result<Saved> {
         world_size: info.world_size,
         groups: info.groups,
     })
-}
-
-/// A resumed run must keep its groups.
-fn check_layout(place: Placement, saved: Option<&Saved>) -> anyhow::Result<Placement> {
-    if let Some(s) = saved {
-        if place.layout.groups() != s.groups {
-            bail!(
-                "--resume: the run had {} groups, this layout makes {}: use the first run's --group-size (recorded in its config)",
-                s.groups,
-                place.layout.groups()
-            );
-        }
-    }
-    Ok(place)
 }
 
 /// This rank's trainer, the start architecture and the dataset's name.

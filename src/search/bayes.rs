@@ -116,6 +116,19 @@ struct Elem {
     morphisms: Vec<Morphism>,
 }
 
+impl Elem {
+    /// A trained model as a starting point of the annealing.
+    fn trained(o: &Observed, seq: u64) -> Self {
+        Elem {
+            value: o.accuracy,
+            seq,
+            father: o.id,
+            graph: Arc::clone(&o.graph),
+            morphisms: vec![],
+        }
+    }
+}
+
 impl PartialEq for Elem {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other) == Ordering::Equal
@@ -209,6 +222,41 @@ impl BayesOptimizer {
         (rows, missing.len() as u64)
     }
 
+    /// Up to `neighbours` unseen one-morphism neighbours of `graph`, drawn in parallel from
+    /// seeds of (`base`, `step`); each is added to `seen`.
+    fn neighbours(
+        &self,
+        graph: &Graph,
+        kernel: u32,
+        (base, step): (u64, u64),
+        seen: &mut HashSet<Descriptor>,
+        stats: &mut SearchStats,
+    ) -> Vec<(Morphism, Graph, Descriptor)> {
+        let cfg = &self.cfg;
+        let tries: Vec<Option<(Morphism, Graph)>> = self.pool.install(|| {
+            (0..2 * cfg.neighbours as u64)
+                .into_par_iter()
+                .map(|k| {
+                    let mut rng = ChaCha8Rng::seed_from_u64(mix(base
+                        ^ mix(step)
+                        ^ mix(k.wrapping_add(0x51))));
+                    random_morphism(graph, kernel, &cfg.limits, &mut rng, 1)
+                })
+                .collect()
+        });
+        let mut fresh = Vec::new();
+        for (m, g) in tries.into_iter().flatten().take(cfg.neighbours) {
+            stats.neighbours += 1;
+            let d = g.descriptor();
+            if seen.insert(d.clone()) {
+                fresh.push((m, g, d));
+            } else {
+                stats.duplicates += 1;
+            }
+        }
+        fresh
+    }
+
     /// Proposes an unseen architecture from the trained `history` (model ids must identify
     /// architectures: the distance cache is keyed by them). `seen` holds every
     /// descriptor to avoid besides the history's (e.g. candidates still in training);
@@ -237,16 +285,9 @@ impl BayesOptimizer {
         let gp = Gp::fit_with_distances(train, &y, &rows, base);
         let mut seen_here: HashSet<Descriptor> = seen.clone();
         seen_here.extend(history.iter().map(|o| o.descriptor.clone()));
-        let mut queue: BinaryHeap<Elem> = history
-            .iter()
-            .enumerate()
-            .map(|(i, o)| Elem {
-                value: o.accuracy,
-                seq: i as u64,
-                father: o.id,
-                graph: Arc::clone(&o.graph),
-                morphisms: vec![],
-            })
+        // The annealing starts from every trained model, valued by its accuracy.
+        let mut queue: BinaryHeap<Elem> = (history.iter().enumerate())
+            .map(|(i, o)| Elem::trained(o, i as u64))
             .collect();
         let mut seq = n;
         let mut accept_rng = ChaCha8Rng::seed_from_u64(base);
@@ -258,28 +299,13 @@ impl BayesOptimizer {
             let accept = ((elem.value - best_acq) / t).min(1.0).exp();
             if accept >= accept_rng.random::<f64>() {
                 stats.expansions += 1;
-                let step = stats.annealing_steps;
-                let tries: Vec<Option<(Morphism, Graph)>> = self.pool.install(|| {
-                    (0..2 * cfg.neighbours as u64)
-                        .into_par_iter()
-                        .map(|k| {
-                            let mut rng = ChaCha8Rng::seed_from_u64(mix(base
-                                ^ mix(step)
-                                ^ mix(k.wrapping_add(0x51))));
-                            random_morphism(&elem.graph, kernel, &cfg.limits, &mut rng, 1)
-                        })
-                        .collect()
-                });
-                let mut fresh = Vec::new();
-                for (m, g) in tries.into_iter().flatten().take(cfg.neighbours) {
-                    stats.neighbours += 1;
-                    let d = g.descriptor();
-                    if seen_here.insert(d.clone()) {
-                        fresh.push((m, g, d));
-                    } else {
-                        stats.duplicates += 1;
-                    }
-                }
+                let fresh = self.neighbours(
+                    &elem.graph,
+                    kernel,
+                    (base, stats.annealing_steps),
+                    &mut seen_here,
+                    &mut stats,
+                );
                 let scored: Vec<(f64, f64)> = self
                     .pool
                     .install(|| fresh.par_iter().map(|(_, _, d)| gp.predict(d)).collect());

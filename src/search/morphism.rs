@@ -140,114 +140,129 @@ impl Morphism {
     pub fn apply(&self, g: &Graph, limits: &Limits) -> Result<Graph, MorphError> {
         let shapes = g.shapes()?;
         let out = match self {
-            Morphism::Deeper { after, kernel } => {
-                let at = index_of(g, after)?;
-                if !matches!(g.nodes[at].layer, Layer::Relu) || !chain_before_pool(g).contains(&at)
-                {
-                    return Err(MorphError::Target(format!(
-                        "{after:?} is not a ReLU on the main chain before pooling"
-                    )));
-                }
-                if kernel % 2 == 0 {
-                    return Err(MorphError::Target(format!(
-                        "kernel {kernel} must be odd to keep the resolution"
-                    )));
-                }
-                let p = fresh(g, "deeper");
-                let conv = Layer::Conv2d {
-                    out_channels: shapes[at].c,
-                    kernel: *kernel,
-                    stride: 1,
-                    padding: kernel / 2,
-                };
-                insert_after(
-                    g,
-                    at,
-                    vec![
-                        (format!("{p}.conv"), conv, vec![at]),
-                        (format!("{p}.bn"), Layer::BatchNorm, vec![at + 1]),
-                        (format!("{p}.relu"), Layer::Relu, vec![at + 2]),
-                    ],
-                )
-            }
-            Morphism::Wider { layer } => {
-                let at = index_of(g, layer)?;
-                let mut w = g.clone();
-                match &mut w.nodes[at].layer {
-                    Layer::Conv2d { out_channels, .. } => *out_channels *= 2,
-                    Layer::Dense { out_features } if at != g.output() => *out_features *= 2,
-                    _ => {
-                        return Err(MorphError::Target(format!(
-                            "{layer:?} is not a conv or hidden dense layer"
-                        )))
-                    }
-                }
-                w
-            }
-            Morphism::Skip { from, to } => {
-                let (a, b) = (index_of(g, from)?, index_of(g, to)?);
-                let chain = chain_before_pool(g);
-                let (pa, pb) = (
-                    chain.iter().position(|&n| n == a),
-                    chain.iter().position(|&n| n == b),
-                );
-                let ok = matches!(g.nodes[a].layer, Layer::Relu)
-                    && matches!(g.nodes[b].layer, Layer::BatchNorm);
-                if !ok || pa.is_none() || pb.is_none() || pa >= pb {
-                    return Err(MorphError::Target(format!(
-                        "a skip needs a main-chain ReLU ({from:?}) before a main-chain BN ({to:?}), both before pooling"
-                    )));
-                }
-                let (sa, sb) = (shapes[a], shapes[b]);
-                let p = fresh(g, "skip");
-                let mut new = Vec::new();
-                let shortcut = if sa == sb {
-                    a
-                } else {
-                    let stride = projection_stride(sa, sb).ok_or_else(|| {
-                        MorphError::Target(format!("no 1x1 projection maps {sa} onto {sb}"))
-                    })?;
-                    let conv = Layer::Conv2d {
-                        out_channels: sb.c,
-                        kernel: 1,
-                        stride,
-                        padding: 0,
-                    };
-                    new.push((format!("{p}.proj.conv"), conv, vec![a]));
-                    new.push((format!("{p}.proj.bn"), Layer::BatchNorm, vec![b + 1]));
-                    b + 2
-                };
-                new.push((format!("{p}.add"), Layer::Add, vec![b, shortcut]));
-                insert_after(g, b, new)
-            }
+            Morphism::Deeper { after, kernel } => deeper(g, &shapes, after, *kernel)?,
+            Morphism::Wider { layer } => wider(g, layer)?,
+            Morphism::Skip { from, to } => skip(g, &shapes, from, to)?,
         };
-        let count = OpCount::of(&out)?;
-        if out.nodes.len() > limits.max_layers {
-            return Err(MorphError::Limit(format!(
-                "{} layers > {}",
-                out.nodes.len(),
-                limits.max_layers
-            )));
-        }
-        if count.params > limits.max_params {
-            return Err(MorphError::Limit(format!(
-                "{} parameters > {}",
-                count.params, limits.max_params
-            )));
-        }
-        if let Some(w) = out.nodes.iter().find_map(|n| match n.layer {
-            Layer::Conv2d { out_channels, .. } if out_channels > limits.max_width => {
-                Some(out_channels)
-            }
-            _ => None,
-        }) {
-            return Err(MorphError::Limit(format!(
-                "{w} channels > {}",
-                limits.max_width
-            )));
-        }
+        check_limits(&out, limits)?;
         Ok(out)
     }
+}
+
+/// Conv(C→C, k×k) → BN → ReLU after the main-chain ReLU `after`.
+fn deeper(g: &Graph, shapes: &[Shape], after: &str, kernel: u32) -> Result<Graph, MorphError> {
+    let at = index_of(g, after)?;
+    if !matches!(g.nodes[at].layer, Layer::Relu) || !chain_before_pool(g).contains(&at) {
+        return Err(MorphError::Target(format!(
+            "{after:?} is not a ReLU on the main chain before pooling"
+        )));
+    }
+    if kernel % 2 == 0 {
+        return Err(MorphError::Target(format!(
+            "kernel {kernel} must be odd to keep the resolution"
+        )));
+    }
+    let p = fresh(g, "deeper");
+    let conv = Layer::Conv2d {
+        out_channels: shapes[at].c,
+        kernel,
+        stride: 1,
+        padding: kernel / 2,
+    };
+    Ok(insert_after(
+        g,
+        at,
+        vec![
+            (format!("{p}.conv"), conv, vec![at]),
+            (format!("{p}.bn"), Layer::BatchNorm, vec![at + 1]),
+            (format!("{p}.relu"), Layer::Relu, vec![at + 2]),
+        ],
+    ))
+}
+
+/// Doubles the filters of conv or hidden dense layer `layer` (shape inference carries the
+/// new channel count to the layers it feeds).
+fn wider(g: &Graph, layer: &str) -> Result<Graph, MorphError> {
+    let at = index_of(g, layer)?;
+    let mut w = g.clone();
+    match &mut w.nodes[at].layer {
+        Layer::Conv2d { out_channels, .. } => *out_channels = out_channels.saturating_mul(2),
+        Layer::Dense { out_features } if at != g.output() => {
+            *out_features = out_features.saturating_mul(2)
+        }
+        _ => {
+            return Err(MorphError::Target(format!(
+                "{layer:?} is not a conv or hidden dense layer"
+            )))
+        }
+    }
+    Ok(w)
+}
+
+/// A shortcut from main-chain ReLU `from` to the output of main-chain BN `to` (with a 1×1
+/// projection when the shapes differ).
+fn skip(g: &Graph, shapes: &[Shape], from: &str, to: &str) -> Result<Graph, MorphError> {
+    let (a, b) = (index_of(g, from)?, index_of(g, to)?);
+    let chain = chain_before_pool(g);
+    let (pa, pb) = (
+        chain.iter().position(|&n| n == a),
+        chain.iter().position(|&n| n == b),
+    );
+    let ok =
+        matches!(g.nodes[a].layer, Layer::Relu) && matches!(g.nodes[b].layer, Layer::BatchNorm);
+    if !ok || pa.is_none() || pb.is_none() || pa >= pb {
+        return Err(MorphError::Target(format!(
+                "a skip needs a main-chain ReLU ({from:?}) before a main-chain BN ({to:?}), both before pooling"
+            )));
+    }
+    let (sa, sb) = (shapes[a], shapes[b]);
+    let p = fresh(g, "skip");
+    let mut new = Vec::new();
+    let shortcut = if sa == sb {
+        a
+    } else {
+        let stride = projection_stride(sa, sb)
+            .ok_or_else(|| MorphError::Target(format!("no 1x1 projection maps {sa} onto {sb}")))?;
+        let conv = Layer::Conv2d {
+            out_channels: sb.c,
+            kernel: 1,
+            stride,
+            padding: 0,
+        };
+        new.push((format!("{p}.proj.conv"), conv, vec![a]));
+        new.push((format!("{p}.proj.bn"), Layer::BatchNorm, vec![b + 1]));
+        b + 2
+    };
+    new.push((format!("{p}.add"), Layer::Add, vec![b, shortcut]));
+    Ok(insert_after(g, b, new))
+}
+
+/// The search's limits on layers, parameters and width.
+fn check_limits(out: &Graph, limits: &Limits) -> Result<(), MorphError> {
+    let count = OpCount::of(out)?;
+    if out.nodes.len() > limits.max_layers {
+        return Err(MorphError::Limit(format!(
+            "{} layers > {}",
+            out.nodes.len(),
+            limits.max_layers
+        )));
+    }
+    if count.params > limits.max_params {
+        return Err(MorphError::Limit(format!(
+            "{} parameters > {}",
+            count.params, limits.max_params
+        )));
+    }
+    if let Some(w) = out.nodes.iter().find_map(|n| match n.layer {
+        Layer::Conv2d { out_channels, .. } if out_channels > limits.max_width => Some(out_channels),
+        _ => None,
+    }) {
+        return Err(MorphError::Limit(format!(
+            "{w} channels > {}",
+            limits.max_width
+        )));
+    }
+    Ok(())
 }
 
 /// The stride of a 1×1 convolution that maps resolution `a` onto `b`, if any.

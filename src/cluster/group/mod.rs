@@ -139,14 +139,7 @@ pub fn leader<C: Communicator>(
         source,
     })?;
     let first_kernel = ctx.kernel_sizes.first().copied().unwrap_or(3);
-    let bayes = BayesConfig {
-        threads: ctx.search_threads,
-        seed: ctx.seed ^ u64::from(group),
-        ..BayesConfig::default()
-    };
-    let mut generator =
-        Generator::start(bayes, ctx.start.clone(), group, ctx.seed, first_kernel, 1)
-            .map_err(GroupError::Generator)?;
+    let mut generator = start_generator(ctx, group, first_kernel)?;
     let mut history: Vec<Observed> = Vec::new();
     let host = ctx
         .hosts
@@ -207,6 +200,17 @@ pub fn leader<C: Communicator>(
     drop(writer);
     tell(world, &ToPrimary::Bye { group });
     Ok(())
+}
+
+/// The leader's background architecture generator (its own rayon pool and seed).
+fn start_generator(ctx: &RunContext, group: u32, kernel: u32) -> Result<Generator, GroupError> {
+    let bayes = BayesConfig {
+        threads: ctx.search_threads,
+        seed: ctx.seed ^ u64::from(group),
+        ..BayesConfig::default()
+    };
+    Generator::start(bayes, ctx.start.clone(), group, ctx.seed, kernel, 1)
+        .map_err(GroupError::Generator)
 }
 
 /// One trial led by the leader: a candidate the primary accepts, its hyperparameters, the
