@@ -15,6 +15,22 @@ use super::protocol::HistoryEntry;
 use crate::arch::{Descriptor, Graph};
 use crate::search::Hparams;
 
+/// Why a stopped run's records cannot be taken over.
+#[derive(Debug, thiserror::Error)]
+pub enum ResumeError {
+    /// The records could not be read.
+    #[error(transparent)]
+    Records(#[from] aiperf_records::RecordError),
+    /// The records contradict themselves or the resumed layout.
+    #[error("{dir}: {problem}")]
+    Inconsistent {
+        /// The records folder.
+        dir: String,
+        /// What is wrong.
+        problem: String,
+    },
+}
+
 /// A stopped run's state, as the primary takes it over.
 #[derive(Clone, Debug, Default)]
 pub struct Resumed {
@@ -44,26 +60,28 @@ pub fn from_records(
     architectures: Vec<(u64, String)>,
     tpe: &[TpeRow],
     groups: usize,
-) -> Result<Resumed, String> {
+) -> Result<Resumed, ResumeError> {
+    let bad = |problem: String| ResumeError::Inconsistent {
+        dir: dir.display().to_string(),
+        problem,
+    };
     let mut graphs = HashMap::new();
     let mut r = Resumed {
         rounds: vec![0; groups],
         ..Resumed::default()
     };
     for (id, json) in architectures {
-        let g = Graph::from_json(&json)
-            .map_err(|e| format!("{}: architecture {id}: {e}", dir.display()))?;
+        let g = Graph::from_json(&json).map_err(|e| bad(format!("architecture {id}: {e}")))?;
         r.seen.insert(g.descriptor());
         graphs.insert(id, g);
         r.next_id = r.next_id.max(id.saturating_add(1));
     }
     for t in &run.trials {
         let round = r.rounds.get_mut(t.group as usize).ok_or_else(|| {
-            format!(
-                "{}: a trial of group {} but the layout has {groups} groups",
-                dir.display(),
+            bad(format!(
+                "a trial of group {} but the layout has {groups} groups",
                 t.group
-            )
+            ))
         })?;
         *round += 1;
         let h = Hparams {
@@ -73,11 +91,10 @@ pub fn from_records(
         r.hparams.insert(t.model_id, h);
         if t.epochs > 0 {
             let graph = graphs.get(&t.model_id).cloned().ok_or_else(|| {
-                format!(
-                    "{}: trial of model {} has no recorded architecture",
-                    dir.display(),
+                bad(format!(
+                    "trial of model {} has no recorded architecture",
                     t.model_id
-                )
+                ))
             })?;
             r.history.push(HistoryEntry {
                 model_id: t.model_id,
@@ -114,9 +131,9 @@ pub fn from_records(
 }
 
 /// Reads the records folder and rebuilds the state.
-pub fn read(dir: &Path, groups: usize) -> Result<Resumed, String> {
-    let run = aiperf_records::read_run(dir).map_err(|e| e.to_string())?;
-    let archs = aiperf_records::read_architectures(dir).map_err(|e| e.to_string())?;
-    let tpe = aiperf_records::read_tpe(dir).map_err(|e| e.to_string())?;
+pub fn read(dir: &Path, groups: usize) -> Result<Resumed, ResumeError> {
+    let run = aiperf_records::read_run(dir)?;
+    let archs = aiperf_records::read_architectures(dir)?;
+    let tpe = aiperf_records::read_tpe(dir)?;
     from_records(dir, &run, archs, &tpe, groups)
 }

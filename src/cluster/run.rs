@@ -93,7 +93,7 @@ pub fn run_primary(
     };
     let (writer, resumed) = if ctx.resume {
         // Read the stopped run first (read-only), then reopen its file for appending.
-        let state = resume::read(&ctx.results, groups).map_err(anyhow::Error::msg)?;
+        let state = resume::read(&ctx.results, groups)?;
         let writer = PrimaryWriter::reopen(&ctx.results, state.stopped_s, ctx.clock.now())?;
         (writer, Some(state))
     } else {
