@@ -11,15 +11,17 @@ fn main() {
     let tmp = tempfile::tempdir().expect("a temporary folder");
     let (groups, per_group) = (8u32, 12_500u64);
     let t0 = 1.8e9;
+    let world = 1 + 8 * groups;
     let meta = RunMeta {
         program_version: "bench".into(),
         config_json: "{}".into(),
         start_time_s: t0,
-        world_size: 1 + 8 * groups,
+        world_size: world,
         groups,
         accelerators: 8 * groups,
-        hosts: vec![],
-        devices: vec![],
+        // One entry per rank, as `aiperf run` records them (the reader checks it).
+        hosts: vec!["node".into(); world as usize],
+        devices: vec!["cuda:0".into(); world as usize],
         seed: 0,
         dataset: "imagenet".into(),
         start_architecture: "resnet50".into(),

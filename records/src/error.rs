@@ -35,17 +35,37 @@ pub enum RecordError {
         /// The version this build reads.
         expected: u32,
     },
+    /// An attribute holds an impossible value.
+    #[error("{path}: attribute {name:?}: {problem}")]
+    BadAttribute {
+        /// The file concerned.
+        path: PathBuf,
+        /// The attribute.
+        name: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
     /// A row holds an impossible value.
-    #[error("{path}: {dataset} row {row}: {problem}")]
+    #[error("{path}: {dataset} row {row}, field {field}: {problem}")]
     BadRow {
         /// The file concerned.
         path: PathBuf,
         /// The dataset.
         dataset: &'static str,
-        /// The row index.
+        /// The row index (from 0).
         row: usize,
+        /// The field.
+        field: &'static str,
         /// What is wrong.
         problem: String,
+    },
+    /// The grid step cannot be used for this run.
+    #[error("{run}: {problem}")]
+    BadInterval {
+        /// The run folder.
+        run: PathBuf,
+        /// What is wrong, and the steps that work.
+        problem: crate::score::GridError,
     },
     /// Nothing to score.
     #[error("{0}: no completed epoch in any group: there is nothing to score")]

@@ -6,11 +6,14 @@
 
 pub mod cli;
 pub mod error;
+mod h5guard;
+mod h5msg;
 pub mod plots;
 pub mod reader;
 pub mod report;
 pub mod schema;
 pub mod score;
+mod source;
 pub mod writer;
 
 pub use error::RecordError;

@@ -1,15 +1,17 @@
-//! Reading a run's records back, checking the schema version and every row's values, and
-//! collecting warnings (missing groups, a run that did not stop cleanly) for the report.
+//! Reading a run's records back, checking the schema version, the run's attributes against
+//! each other (so that a damaged count cannot send the reader after billions of group
+//! files) and every row's values, and collecting warnings (missing groups, a run that did
+//! not stop cleanly) for the report. File access itself is guarded in [`crate::source`].
 
 use std::path::{Path, PathBuf};
 
-use hdf5::types::VarLenUnicode;
-use hdf5::{File, H5Type};
+use hdf5::types::TypeDescriptor;
+use hdf5::H5Type;
 
 use crate::error::RecordError;
-use crate::schema::{
-    attr, group_file, EpochRow, MonitorRow, TpeRow, TrialRow, PRIMARY_FILE, SCHEMA_VERSION,
-};
+use crate::schema::PRIMARY_FILE;
+use crate::schema::{attr, group_file, EpochRow, MonitorRow, TpeRow, TrialRow, TrialStatus};
+use crate::source::Source;
 
 /// The run attributes the scorer needs.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -45,6 +47,9 @@ pub struct RunInfo {
 pub struct GroupRecords {
     /// Group number.
     pub group: u32,
+    /// Ranks in the group (its file's `accelerators` attribute): a group of one exchanges
+    /// nothing.
+    pub ranks: u32,
     /// Completed epochs.
     pub epochs: Vec<EpochRow>,
     /// Monitor samples.
@@ -66,93 +71,231 @@ pub struct Run {
     pub warnings: Vec<String>,
 }
 
-fn read_attr<T: H5Type>(f: &File, path: &Path, name: &str) -> Result<T, RecordError> {
-    f.attr(name)
-        .and_then(|a| a.read_scalar::<T>())
-        .map_err(|e| RecordError::Hdf5 {
-            path: path.into(),
-            message: format!("attribute {name:?}: {e}"),
-        })
+/// A trial's status as stored: the schema's enum type, but any byte, so that a damaged
+/// value is reported instead of becoming an invalid [`TrialStatus`].
+#[derive(Clone, Copy, Debug)]
+#[repr(transparent)]
+struct StoredStatus(u8);
+
+// SAFETY: `StoredStatus` is a transparent `u8`, the size of the enum's base type
+// (`TrialStatus` is `repr(u8)`), and every byte HDF5 writes into it is a valid `u8`.
+unsafe impl H5Type for StoredStatus {
+    fn type_descriptor() -> TypeDescriptor {
+        TrialStatus::type_descriptor()
+    }
 }
 
-fn read_text(f: &File, path: &Path, name: &str) -> Result<String, RecordError> {
-    read_attr::<VarLenUnicode>(f, path, name).map(|s| s.as_str().to_string())
+/// [`TrialRow`] as stored; same layout and member names, so HDF5 reads it without conversion.
+#[derive(H5Type, Clone, Copy, Debug)]
+#[repr(C)]
+struct StoredTrial {
+    model_id: u64,
+    father: i64,
+    group: u32,
+    round: u32,
+    batch_size: u32,
+    kernel_size: u32,
+    epochs: u32,
+    best_accuracy: f64,
+    reported_accuracy: f64,
+    start_s: f64,
+    end_s: f64,
+    status: StoredStatus,
 }
 
-/// Opens a record file read-only. A writer that just died may still hold its lock for a
-/// moment (the kernel releases a dead process's file locks after its descriptors), so a
-/// lock conflict is retried for up to 3 s before it is reported.
-fn open(path: &Path) -> Result<File, RecordError> {
-    let started = std::time::Instant::now();
-    let f = loop {
-        match File::open(path) {
-            Ok(f) => break f,
-            Err(e)
-                if e.to_string().contains("unable to lock file")
-                    && started.elapsed() < std::time::Duration::from_secs(3) =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-            Err(e) => {
-                return Err(RecordError::Hdf5 {
-                    path: path.into(),
-                    message: format!(
-                        "cannot open as HDF5 ({e}); is it a complete aiperf record file? (a run still writing it holds a lock)"
-                    ),
-                })
-            }
+/// A checked trial row, or the field that is wrong and why.
+fn check_trial(t: &StoredTrial) -> Result<TrialRow, (&'static str, String)> {
+    let status = match t.status.0 {
+        0 => TrialStatus::Finished,
+        1 => TrialStatus::Stopped,
+        2 => TrialStatus::Failed,
+        v => {
+            return Err((
+                "status",
+                format!("{v} is not 0 (finished), 1 (stopped) or 2 (failed)"),
+            ))
         }
     };
-    let version: u32 = read_attr(&f, path, attr::SCHEMA_VERSION)?;
-    if version != SCHEMA_VERSION {
-        return Err(RecordError::Schema {
-            path: path.into(),
-            found: version,
-            expected: SCHEMA_VERSION,
-        });
+    for (field, v) in [("start_s", t.start_s), ("end_s", t.end_s)] {
+        if !v.is_finite() {
+            return Err((field, format!("{v} is not a Unix time")));
+        }
     }
-    Ok(f)
+    Ok(TrialRow {
+        model_id: t.model_id,
+        father: t.father,
+        group: t.group,
+        round: t.round,
+        batch_size: t.batch_size,
+        kernel_size: t.kernel_size,
+        epochs: t.epochs,
+        best_accuracy: t.best_accuracy,
+        reported_accuracy: t.reported_accuracy,
+        start_s: t.start_s,
+        end_s: t.end_s,
+        status,
+    })
 }
 
-fn rows<T: H5Type>(f: &File, path: &Path, name: &str) -> Result<Vec<T>, RecordError> {
-    f.dataset(name)
-        .and_then(|d| d.read_raw::<T>())
-        .map_err(|e| RecordError::Hdf5 {
-            path: path.into(),
-            message: format!("dataset {name:?}: {e}"),
-        })
-}
-
-/// Checks an epoch row for impossible values.
-fn check_epoch(r: &EpochRow) -> Option<String> {
-    let finite = [
-        r.time_s,
-        r.train_loss,
-        r.val_loss,
-        r.val_accuracy,
-        r.compute_s,
-        r.allreduce_s,
-        r.data_wait_s,
+/// The field of an epoch row that holds an impossible value, and why.
+fn check_epoch(r: &EpochRow) -> Option<(&'static str, String)> {
+    let fields = [
+        ("time_s", r.time_s),
+        ("train_loss", r.train_loss),
+        ("val_loss", r.val_loss),
+        ("val_accuracy", r.val_accuracy),
+        ("compute_s", r.compute_s),
+        ("allreduce_s", r.allreduce_s),
+        ("data_wait_s", r.data_wait_s),
     ];
-    if !r.time_s.is_finite() || r.time_s <= 0.0 {
-        return Some(format!("time {} is not a positive Unix time", r.time_s));
-    }
-    if !(0.0..=1.0).contains(&r.val_accuracy) {
-        return Some(format!(
-            "validation accuracy {} is outside [0, 1]",
-            r.val_accuracy
+    if let Some((field, _)) = fields.iter().find(|(_, v)| v.is_nan()) {
+        return Some((
+            field,
+            "NaN, not a number: the row is damaged or was written by a faulty trainer".into(),
         ));
     }
-    if finite.iter().any(|v| v.is_nan()) {
-        return Some("NaN in a time, loss or accuracy".into());
+    if !r.time_s.is_finite() || r.time_s <= 0.0 {
+        return Some((
+            "time_s",
+            format!("{} is not a positive Unix time", r.time_s),
+        ));
     }
-    if [r.compute_s, r.allreduce_s, r.data_wait_s]
+    if !(0.0..=1.0).contains(&r.val_accuracy) {
+        return Some((
+            "val_accuracy",
+            format!("{} is outside [0, 1]", r.val_accuracy),
+        ));
+    }
+    let split = [
+        ("compute_s", r.compute_s),
+        ("allreduce_s", r.allreduce_s),
+        ("data_wait_s", r.data_wait_s),
+    ];
+    split
         .iter()
-        .any(|&v| v < 0.0)
-    {
-        return Some("negative time split".into());
+        .find(|(_, v)| !(v.is_finite() && *v >= 0.0))
+        .map(|(field, v)| (*field, format!("{v} is not a number of seconds ≥ 0")))
+}
+
+/// The attributes of `primary.h5`, checked by [`check_info`].
+fn read_info(p: &Source) -> Result<RunInfo, RecordError> {
+    let bad = |name: &'static str, problem: String| RecordError::BadAttribute {
+        path: p.path().into(),
+        name,
+        problem,
+    };
+    let resumes = if p.has_attr(attr::RESUMES) {
+        serde_json::from_str(&p.text(attr::RESUMES)?)
+            .map_err(|e| bad(attr::RESUMES, format!("not a JSON list of pairs ({e})")))?
+    } else {
+        Vec::new()
+    };
+    let info = RunInfo {
+        program_version: p.text(attr::PROGRAM_VERSION)?,
+        rules_version: p.text(attr::RULES_VERSION)?,
+        start_time_s: p.attr(attr::START_TIME)?,
+        end_time_s: if p.has_attr(attr::END_TIME) {
+            Some(p.attr(attr::END_TIME)?)
+        } else {
+            None
+        },
+        world_size: p.attr(attr::WORLD_SIZE)?,
+        groups: p.attr(attr::GROUPS)?,
+        accelerators: p.attr(attr::ACCELERATORS)?,
+        dataset: p.text(attr::DATASET)?,
+        start_architecture: p.text(attr::START_ARCH)?,
+        precision: p.text(attr::PRECISION)?,
+        fixed_algorithms: p.attr::<u8>(attr::FIXED_ALGORITHMS)? != 0,
+        resumes,
+    };
+    check_info(p, &info)?;
+    Ok(info)
+}
+
+/// The attributes' values, and their counts against each other: one host and one device per
+/// rank, the primary plus at least one accelerator, and at most one group per accelerator
+/// (so that a damaged `groups` cannot send the reader after billions of group files).
+fn check_info(p: &Source, info: &RunInfo) -> Result<(), RecordError> {
+    let bad = |name: &'static str, problem: String| RecordError::BadAttribute {
+        path: p.path().into(),
+        name,
+        problem,
+    };
+    if !info.start_time_s.is_finite() || info.start_time_s <= 0.0 {
+        let problem = format!("{} is not a Unix time", info.start_time_s);
+        return Err(bad(attr::START_TIME, problem));
     }
-    None
+    if let Some(end) = info.end_time_s.filter(|t| !t.is_finite()) {
+        return Err(bad(attr::END_TIME, format!("{end} is not a Unix time")));
+    }
+    for name in [attr::HOSTS, attr::DEVICES] {
+        let entries: Vec<String> = serde_json::from_str(&p.text(name)?)
+            .map_err(|e| bad(name, format!("not a JSON list of strings ({e})")))?;
+        let entries = entries.len();
+        if entries != info.world_size as usize {
+            let problem = format!(
+                "{entries} entries, but world_size is {} (one entry per rank): the file is damaged",
+                info.world_size
+            );
+            return Err(bad(name, problem));
+        }
+    }
+    if info.accelerators == 0 || info.accelerators >= info.world_size {
+        let problem = format!(
+            "{}, but a world of {} ranks has the primary and 1 to {} accelerators: the file is damaged",
+            info.accelerators,
+            info.world_size,
+            info.world_size.saturating_sub(1)
+        );
+        return Err(bad(attr::ACCELERATORS, problem));
+    }
+    if info.groups == 0 || info.groups > info.accelerators {
+        let problem = format!(
+            "{}, but {} accelerators make 1 to {} groups: the file is damaged",
+            info.groups, info.accelerators, info.accelerators
+        );
+        return Err(bad(attr::GROUPS, problem));
+    }
+    Ok(())
+}
+
+/// Reads `group-<g>.h5`: its attributes and every row, each checked.
+fn read_group(path: &Path, g: u32, accelerators: u32) -> Result<GroupRecords, RecordError> {
+    let f = Source::open(path)?;
+    let bad = |name: &'static str, problem: String| RecordError::BadAttribute {
+        path: path.into(),
+        name,
+        problem,
+    };
+    let recorded: u32 = f.attr("group")?;
+    if recorded != g {
+        let problem = format!("{recorded}, but the file is {}", group_file(g));
+        return Err(bad("group", problem));
+    }
+    let ranks: u32 = f.attr(attr::ACCELERATORS)?;
+    if ranks == 0 || ranks > accelerators {
+        let problem =
+            format!("{ranks} ranks, but the run has 1 to {accelerators} accelerators per group");
+        return Err(bad(attr::ACCELERATORS, problem));
+    }
+    let epochs = f.rows::<EpochRow>("epochs")?;
+    for (row, r) in epochs.iter().enumerate() {
+        if let Some((field, problem)) = check_epoch(r) {
+            return Err(RecordError::BadRow {
+                path: path.into(),
+                dataset: "epochs",
+                row,
+                field,
+                problem,
+            });
+        }
+    }
+    Ok(GroupRecords {
+        group: g,
+        ranks,
+        epochs,
+        monitor: f.rows::<MonitorRow>("monitor")?,
+    })
 }
 
 /// Reads the run in `dir`: `primary.h5` and every `group-<g>.h5` its attributes announce.
@@ -161,37 +304,22 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
     if !path.is_file() {
         return Err(RecordError::NotARun(dir.into()));
     }
-    let f = open(&path)?;
-    let end_time_s = read_attr::<f64>(&f, &path, attr::END_TIME).ok();
-    let info = RunInfo {
-        program_version: read_text(&f, &path, attr::PROGRAM_VERSION)?,
-        rules_version: read_text(&f, &path, attr::RULES_VERSION)?,
-        start_time_s: read_attr(&f, &path, attr::START_TIME)?,
-        end_time_s,
-        world_size: read_attr(&f, &path, attr::WORLD_SIZE)?,
-        groups: read_attr(&f, &path, attr::GROUPS)?,
-        accelerators: read_attr(&f, &path, attr::ACCELERATORS)?,
-        dataset: read_text(&f, &path, attr::DATASET)?,
-        start_architecture: read_text(&f, &path, attr::START_ARCH)?,
-        precision: read_text(&f, &path, attr::PRECISION)?,
-        fixed_algorithms: read_attr::<u8>(&f, &path, attr::FIXED_ALGORITHMS)? != 0,
-        resumes: match f.attr(attr::RESUMES) {
-            Ok(_) => serde_json::from_str(&read_text(&f, &path, attr::RESUMES)?).map_err(|e| {
-                RecordError::Hdf5 {
-                    path: path.clone(),
-                    message: format!("attribute \"resumes\": {e}"),
-                }
-            })?,
-            Err(_) => Vec::new(),
-        },
-    };
-    if !info.start_time_s.is_finite() || info.start_time_s <= 0.0 {
-        return Err(RecordError::Hdf5 {
-            path,
-            message: format!("start time {} is not a Unix time", info.start_time_s),
-        });
-    }
-    let trials = rows::<TrialRow>(&f, &path, "trials")?;
+    let p = Source::open(&path)?;
+    let info = read_info(&p)?;
+    let trials = p
+        .rows::<StoredTrial>("trials")?
+        .iter()
+        .enumerate()
+        .map(|(row, t)| {
+            check_trial(t).map_err(|(field, problem)| RecordError::BadRow {
+                path: path.clone(),
+                dataset: "trials",
+                row,
+                field,
+                problem,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut warnings = Vec::new();
     if info.end_time_s.is_none() {
         warnings.push("the run did not stop cleanly (no end time): it is scored up to its last completed epoch".into());
@@ -206,24 +334,7 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
             ));
             continue;
         }
-        let gf = open(&gpath)?;
-        let epochs = rows::<EpochRow>(&gf, &gpath, "epochs")?;
-        for (i, r) in epochs.iter().enumerate() {
-            if let Some(problem) = check_epoch(r) {
-                return Err(RecordError::BadRow {
-                    path: gpath,
-                    dataset: "epochs",
-                    row: i,
-                    problem,
-                });
-            }
-        }
-        let monitor = rows::<MonitorRow>(&gf, &gpath, "monitor")?;
-        groups.push(GroupRecords {
-            group: g,
-            epochs,
-            monitor,
-        });
+        groups.push(read_group(&gpath, g, info.accelerators)?);
     }
     Ok(Run {
         dir: dir.into(),
@@ -236,9 +347,7 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
 
 /// The TPE observations recorded in `dir/primary.h5`, in the order the primary learned them.
 pub fn read_tpe(dir: &Path) -> Result<Vec<TpeRow>, RecordError> {
-    let path = dir.join(PRIMARY_FILE);
-    let f = open(&path)?;
-    rows::<TpeRow>(&f, &path, "tpe")
+    Source::open(&dir.join(PRIMARY_FILE))?.rows::<TpeRow>("tpe")
 }
 
 /// The resolved configuration (JSON) recorded in `dir/primary.h5`.
@@ -247,16 +356,15 @@ pub fn read_config(dir: &Path) -> Result<String, RecordError> {
     if !path.is_file() {
         return Err(RecordError::NotARun(dir.into()));
     }
-    let f = open(&path)?;
-    read_text(&f, &path, attr::CONFIG)
+    Source::open(&path)?.text(attr::CONFIG)
 }
 
 /// The architectures recorded in `dir/primary.h5`: (model id, IR JSON) in registration order.
 pub fn read_architectures(dir: &Path) -> Result<Vec<(u64, String)>, RecordError> {
     let path = dir.join(PRIMARY_FILE);
-    let f = open(&path)?;
-    let ids = rows::<u64>(&f, &path, "architecture_ids")?;
-    let json = rows::<VarLenUnicode>(&f, &path, "architectures")?;
+    let f = Source::open(&path)?;
+    let ids = f.rows::<u64>("architecture_ids")?;
+    let json = f.text_rows("architectures")?;
     if ids.len() != json.len() {
         return Err(RecordError::Hdf5 {
             path,
@@ -267,8 +375,5 @@ pub fn read_architectures(dir: &Path) -> Result<Vec<(u64, String)>, RecordError>
             ),
         });
     }
-    Ok(ids
-        .into_iter()
-        .zip(json.into_iter().map(|s| s.as_str().to_string()))
-        .collect())
+    Ok(ids.into_iter().zip(json).collect())
 }

@@ -22,6 +22,30 @@ pub fn si(v: f64) -> String {
         })
 }
 
+/// A bandwidth, or `-` when there is none (nothing exchanged, or no time measured).
+pub fn rate(bytes_per_s: Option<f64>) -> String {
+    bytes_per_s
+        .filter(|v| v.is_finite())
+        .map_or_else(|| "- B/s".into(), |v| format!("{}B/s", si(v)))
+}
+
+/// `" (1 failed, 2 stopped at the deadline)"`, or nothing when every trial finished.
+fn trial_outcomes(s: &Score) -> String {
+    let parts: Vec<String> = [
+        (s.trials_failed, "failed"),
+        (s.trials_stopped, "stopped at the deadline"),
+    ]
+    .iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, what)| format!("{n} {what}"))
+    .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join(", "))
+    }
+}
+
 /// The human summary: headline, verdict, totals, split, timeline.
 pub fn text(s: &Score) -> String {
     let mut t = String::new();
@@ -54,7 +78,13 @@ pub fn text(s: &Score) -> String {
         s.best_accuracy,
         100.0 * (1.0 - s.best_accuracy)
     );
-    let _ = writeln!(t, "  trials / epochs          {} / {}", s.trials, s.epochs);
+    let _ = writeln!(
+        t,
+        "  trials / epochs          {} / {}{}",
+        s.trials,
+        s.epochs,
+        trial_outcomes(s)
+    );
     let _ = writeln!(
         t,
         "  operations               train {} + validation {}",
@@ -77,10 +107,10 @@ pub fn text(s: &Score) -> String {
     );
     let _ = writeln!(
         t,
-        "  all-reduce               {}B in {:.1} s ({}B/s per rank)",
+        "  all-reduce               {}B in {:.1} s ({} per rank)",
         si(s.allreduce_bytes as f64),
         s.allreduce_s,
-        si(s.allreduce_bytes_per_s)
+        rate(s.allreduce_bytes_per_s)
     );
     if let Some((lo, mid, hi)) = s.allreduce_epoch_bytes_per_s {
         let _ = writeln!(
@@ -103,7 +133,13 @@ pub fn text(s: &Score) -> String {
     for w in &s.warnings {
         let _ = writeln!(t, "  warning: {w}");
     }
-    let _ = writeln!(t, "  timeline (grid {:.0} s):", s.interval_s);
+    write_timeline(&mut t, s);
+    t
+}
+
+/// The timeline table of [`text`].
+fn write_timeline(t: &mut String, s: &Score) {
+    let _ = writeln!(t, "  timeline (grid {} s):", s.interval_s);
     let _ = writeln!(
         t,
         "  {:>10}  {:>8}  {:>14}  {:>14}",
@@ -119,7 +155,6 @@ pub fn text(s: &Score) -> String {
             si(p.regulated)
         );
     }
-    t
 }
 
 /// The weak-scaling table: runs by accelerator count, with the per-accelerator score's

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::error::RecordError;
 use crate::reader::Run;
-use crate::schema::RULES_VERSION;
+use crate::schema::{EpochRow, TrialStatus, RULES_VERSION};
 
 /// The official grid step: 0.1 h.
 pub const OFFICIAL_INTERVAL_S: f64 = 360.0;
@@ -87,6 +87,10 @@ pub struct Score {
     pub val_ops: u128,
     /// Trials recorded.
     pub trials: usize,
+    /// Of which cut by the deadline (their completed epochs count).
+    pub trials_stopped: usize,
+    /// Of which failed (their completed epochs count).
+    pub trials_failed: usize,
     /// Epochs counted.
     pub epochs: usize,
     /// Best validation accuracy.
@@ -99,8 +103,9 @@ pub struct Score {
     pub allreduce_bytes: u128,
     /// Seconds waiting for data, summed over groups.
     pub data_wait_s: f64,
-    /// All-reduce bytes per all-reduce second (per rank).
-    pub allreduce_bytes_per_s: f64,
+    /// All-reduce bytes per all-reduce second (per rank), over the epochs that exchanged
+    /// something; `None` (JSON `null`) when nothing was exchanged (e.g. one-rank groups).
+    pub allreduce_bytes_per_s: Option<f64>,
     /// The same per counted epoch with an exchange: (min, median, max), bytes per second —
     /// to set beside `aiperf comm-bench`'s figures for the interconnect.
     pub allreduce_epoch_bytes_per_s: Option<(f64, f64, f64)>,
@@ -113,18 +118,145 @@ pub struct Score {
     pub warnings: Vec<String>,
 }
 
-/// Scores `run` with grid step `interval_s` (DESIGN.md §5).
-pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
-    assert!(interval_s > 0.0, "the grid step must be positive");
-    let t0 = run.info.start_time_s;
-    let mut epochs: Vec<_> = run.groups.iter().flat_map(|g| g.epochs.iter()).collect();
-    if epochs.is_empty() {
-        return Err(RecordError::Empty(run.dir.clone()));
+/// At most this many grid steps before the run's end (the timeline holds them and the end).
+pub const MAX_GRID_STEPS: usize = 1_000_000;
+
+/// Why a grid cannot be built.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum GridError {
+    /// The step is zero, negative, NaN or infinite.
+    #[error("--interval {}: the grid step must be a positive, finite number of seconds (official: {OFFICIAL_INTERVAL_S})", seconds(*interval_s))]
+    Step {
+        /// The step asked for.
+        interval_s: f64,
+    },
+    /// The run's duration is not a positive, finite number of seconds.
+    #[error("the run's duration {} s is not a positive, finite number of seconds: check its start and end times", seconds(*duration_s))]
+    Duration {
+        /// t_end − t0.
+        duration_s: f64,
+    },
+    /// The step would give more than [`MAX_GRID_STEPS`] points.
+    #[error("--interval {} s makes {steps:.3e} grid steps over the run's {} s, more than the {MAX_GRID_STEPS} allowed: use --interval {} or more", seconds(*interval_s), seconds(*duration_s), seconds(*min_interval_s))]
+    TooFine {
+        /// The step asked for.
+        interval_s: f64,
+        /// t_end − t0.
+        duration_s: f64,
+        /// Steps it would make.
+        steps: f64,
+        /// The smallest step allowed for this run.
+        min_interval_s: f64,
+    },
+}
+
+/// Seconds as people write them: plain in the usual range, else in scientific notation.
+fn seconds(v: f64) -> String {
+    if v == 0.0 || (1e-3..1e9).contains(&v.abs()) || !v.is_finite() {
+        format!("{v}")
+    } else {
+        format!("{v:e}")
     }
-    epochs.sort_by(|a, b| a.time_s.total_cmp(&b.time_s));
-    let mut warnings = run.warnings.clone();
-    let last_epoch = epochs.last().expect("not empty").time_s;
-    let t_end = run.info.end_time_s.unwrap_or(last_epoch);
+}
+
+/// The grid of DESIGN.md §5 in seconds since t0: every k·`interval_s` strictly before
+/// `duration_s`, then `duration_s`. Refuses (instead of building without bound) a step that
+/// is not positive and finite or that makes more than [`MAX_GRID_STEPS`] points.
+pub fn grid(duration_s: f64, interval_s: f64) -> Result<Vec<f64>, GridError> {
+    if !(interval_s.is_finite() && interval_s > 0.0) {
+        return Err(GridError::Step { interval_s });
+    }
+    if !(duration_s.is_finite() && duration_s > 0.0) {
+        return Err(GridError::Duration { duration_s });
+    }
+    let steps = duration_s / interval_s;
+    // Finite arguments: `steps` is a number (perhaps infinite), never NaN. A relative slack
+    // of 1e-9 lets the suggested smallest step itself pass.
+    if steps > MAX_GRID_STEPS as f64 * (1.0 + 1e-9) {
+        return Err(GridError::TooFine {
+            interval_s,
+            duration_s,
+            steps,
+            min_interval_s: duration_s / MAX_GRID_STEPS as f64,
+        });
+    }
+    let mut points: Vec<f64> = (1..=MAX_GRID_STEPS)
+        .map(|k| k as f64 * interval_s)
+        .take_while(|&t| t < duration_s)
+        .collect();
+    points.push(duration_s);
+    Ok(points)
+}
+
+/// Bytes per second, or `None` when nothing was exchanged or no time was measured: a rate
+/// from zero bytes or zero seconds is noise, not a bandwidth.
+fn bandwidth(bytes: u128, seconds: f64) -> Option<f64> {
+    let rate = bytes as f64 / seconds;
+    (bytes > 0 && seconds > 0.0 && rate.is_finite()).then_some(rate)
+}
+
+/// The timeline on `grid` (seconds since t0) over `epochs` sorted by time, and whether an
+/// accuracy of 1 had to be floored.
+fn timeline(t0: f64, grid: &[f64], epochs: &[&EpochRow]) -> (Vec<Point>, bool) {
+    let mut points = Vec::with_capacity(grid.len());
+    let (mut i, mut ops, mut best) = (0usize, 0u128, None::<f64>);
+    let mut floored = false;
+    for &elapsed in grid {
+        let t = t0 + elapsed;
+        while i < epochs.len() && epochs[i].time_s <= t {
+            ops += u128::from(epochs[i].train_ops) + u128::from(epochs[i].val_ops);
+            best = Some(best.map_or(epochs[i].val_accuracy, |b: f64| {
+                b.max(epochs[i].val_accuracy)
+            }));
+            i += 1;
+        }
+        let ops_per_s = ops as f64 / elapsed;
+        let raw_error = 1.0 - best.unwrap_or(0.0);
+        floored |= raw_error < ERROR_FLOOR;
+        let error = raw_error.max(ERROR_FLOOR);
+        points.push(Point {
+            elapsed_s: elapsed,
+            ops,
+            ops_per_s,
+            error: raw_error,
+            regulated: ops_per_s * -error.ln(),
+        });
+    }
+    (points, floored)
+}
+
+/// The exchange's bandwidth over the counted epochs that exchanged something (groups of two
+/// ranks or more, bytes and seconds recorded): overall, and (min, median, max) per epoch.
+fn exchange(run: &Run, t_end: f64) -> (Option<f64>, Option<(f64, f64, f64)>) {
+    let exchanged: Vec<&EpochRow> = run
+        .groups
+        .iter()
+        .filter(|g| g.ranks > 1)
+        .flat_map(|g| &g.epochs)
+        .filter(|e| e.time_s <= t_end && e.allreduce_bytes > 0 && e.allreduce_s > 0.0)
+        .collect();
+    let overall = bandwidth(
+        exchanged
+            .iter()
+            .map(|e| u128::from(e.allreduce_bytes))
+            .sum(),
+        exchanged.iter().map(|e| e.allreduce_s).sum(),
+    );
+    let mut per_epoch: Vec<f64> = exchanged
+        .iter()
+        .filter_map(|e| bandwidth(u128::from(e.allreduce_bytes), e.allreduce_s))
+        .collect();
+    per_epoch.sort_by(f64::total_cmp);
+    let spread = (!per_epoch.is_empty()).then(|| {
+        let n = per_epoch.len();
+        (per_epoch[0], per_epoch[n / 2], per_epoch[n - 1])
+    });
+    (overall, spread)
+}
+
+/// Epochs outside the run: before its start (clocks disagree) or after its end (not counted).
+fn clock_warnings(epochs: &[&EpochRow], t0: f64, t_end: f64) -> Vec<String> {
+    let mut warnings = Vec::new();
     if let Some(e) = epochs.iter().find(|e| e.time_s < t0) {
         warnings.push(format!(
             "an epoch completed at {} before the run's start {t0}: clocks disagree",
@@ -137,6 +269,21 @@ pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
             "{late} epoch(s) recorded after the run's end are not counted"
         ));
     }
+    warnings
+}
+
+/// Scores `run` with grid step `interval_s` (DESIGN.md §5).
+pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
+    let t0 = run.info.start_time_s;
+    let mut epochs: Vec<_> = run.groups.iter().flat_map(|g| g.epochs.iter()).collect();
+    if epochs.is_empty() {
+        return Err(RecordError::Empty(run.dir.clone()));
+    }
+    epochs.sort_by(|a, b| a.time_s.total_cmp(&b.time_s));
+    let last_epoch = epochs.last().expect("not empty").time_s;
+    let t_end = run.info.end_time_s.unwrap_or(last_epoch);
+    let mut warnings = run.warnings.clone();
+    warnings.extend(clock_warnings(&epochs, t0, t_end));
     let duration_s = t_end - t0;
     if duration_s <= 0.0 {
         return Err(RecordError::Hdf5 {
@@ -144,35 +291,11 @@ pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
             message: format!("the run ends ({t_end}) before it starts ({t0})"),
         });
     }
-    let mut grid: Vec<f64> = (1..)
-        .map(|k| t0 + k as f64 * interval_s)
-        .take_while(|&t| t < t_end)
-        .collect();
-    grid.push(t_end);
-    let mut timeline = Vec::with_capacity(grid.len());
-    let (mut i, mut ops, mut best) = (0usize, 0u128, None::<f64>);
-    let mut floored = false;
-    for &t in &grid {
-        while i < epochs.len() && epochs[i].time_s <= t {
-            ops += u128::from(epochs[i].train_ops) + u128::from(epochs[i].val_ops);
-            best = Some(best.map_or(epochs[i].val_accuracy, |b: f64| {
-                b.max(epochs[i].val_accuracy)
-            }));
-            i += 1;
-        }
-        let elapsed = t - t0;
-        let ops_per_s = ops as f64 / elapsed;
-        let raw_error = 1.0 - best.unwrap_or(0.0);
-        floored |= raw_error < ERROR_FLOOR;
-        let error = raw_error.max(ERROR_FLOOR);
-        timeline.push(Point {
-            elapsed_s: elapsed,
-            ops,
-            ops_per_s,
-            error: raw_error,
-            regulated: ops_per_s * -error.ln(),
-        });
-    }
+    let grid = grid(duration_s, interval_s).map_err(|problem| RecordError::BadInterval {
+        run: run.dir.clone(),
+        problem,
+    })?;
+    let (timeline, floored) = timeline(t0, &grid, &epochs);
     if floored {
         warnings.push(format!(
             "a validation accuracy of 1 makes −ln(error) infinite: error taken as {ERROR_FLOOR}"
@@ -181,12 +304,12 @@ pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
     let counted: Vec<_> = epochs.iter().filter(|e| e.time_s <= t_end).collect();
     let end = timeline.last().expect("grid ends at t_end").clone();
     let acc = run.info.accelerators.max(1);
-    let sum =
-        |f: &dyn Fn(&crate::schema::EpochRow) -> f64| counted.iter().map(|e| f(e)).sum::<f64>();
+    let sum = |f: &dyn Fn(&EpochRow) -> f64| counted.iter().map(|e| f(e)).sum::<f64>();
     let allreduce_s = sum(&|e| e.allreduce_s);
-    let allreduce_bytes: u128 = counted.iter().map(|e| u128::from(e.allreduce_bytes)).sum();
     let best_accuracy = counted.iter().map(|e| e.val_accuracy).fold(0.0, f64::max);
     let verdict = verdict(run, duration_s, 1.0 - best_accuracy);
+    let (allreduce_bytes_per_s, allreduce_epoch_bytes_per_s) = exchange(run, t_end);
+    let trials_with = |s: TrialStatus| run.trials.iter().filter(|t| t.status == s).count();
     Ok(Score {
         run: run.dir.display().to_string(),
         interval_s,
@@ -206,26 +329,16 @@ pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
         train_ops: counted.iter().map(|e| u128::from(e.train_ops)).sum(),
         val_ops: counted.iter().map(|e| u128::from(e.val_ops)).sum(),
         trials: run.trials.len(),
+        trials_stopped: trials_with(TrialStatus::Stopped),
+        trials_failed: trials_with(TrialStatus::Failed),
         epochs: counted.len(),
         best_accuracy,
         compute_s: sum(&|e| e.compute_s),
         allreduce_s,
-        allreduce_bytes,
+        allreduce_bytes: counted.iter().map(|e| u128::from(e.allreduce_bytes)).sum(),
         data_wait_s: sum(&|e| e.data_wait_s),
-        allreduce_bytes_per_s: if allreduce_s > 0.0 {
-            allreduce_bytes as f64 / allreduce_s
-        } else {
-            0.0
-        },
-        allreduce_epoch_bytes_per_s: {
-            let mut bw: Vec<f64> = counted
-                .iter()
-                .filter(|e| e.allreduce_s > 0.0 && e.allreduce_bytes > 0)
-                .map(|e| e.allreduce_bytes as f64 / e.allreduce_s)
-                .collect();
-            bw.sort_by(f64::total_cmp);
-            (!bw.is_empty()).then(|| (bw[0], bw[bw.len() / 2], bw[bw.len() - 1]))
-        },
+        allreduce_bytes_per_s,
+        allreduce_epoch_bytes_per_s,
         busy_fraction: (sum(&|e| e.compute_s) + allreduce_s)
             / (run.groups.len().max(1) as f64 * duration_s),
         timeline,

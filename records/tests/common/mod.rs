@@ -1,0 +1,142 @@
+//! Helpers shared by the record tests: a small two-group run written with the real writer,
+//! the serial lock HDF5 needs, and the prerequisite check of `make test`.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::Path;
+
+use aiperf_records::schema::{EpochRow, MonitorRow, TpeRow, TrialRow, TrialStatus};
+use aiperf_records::writer::{GroupWriter, PrimaryWriter, RunMeta};
+
+/// The run's start, Unix seconds.
+pub const T0: f64 = 1_800_000_000.0;
+
+/// The tests take turns: with several threads opening and closing HDF5 files at once, this
+/// HDF5 (1.10.8 through hdf5-metno 0.15) intermittently reports a just-closed file as locked
+/// ("unable to lock file, errno = 11"). aiperf writes each record file from one thread, so
+/// the tests serialise rather than race.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A missing prerequisite (a tool or a font): a failure naming the Debian package when
+/// `AIPERF_REQUIRE_PREREQS=1` (as `make test` sets it), else a skip that says so. Returns
+/// (when it returns) so that the caller can skip the rest of its checks.
+pub fn missing_prerequisite(what: &str, debian_package: &str) {
+    if std::env::var("AIPERF_REQUIRE_PREREQS").as_deref() == Ok("1") {
+        panic!(
+            "{what} not found, and AIPERF_REQUIRE_PREREQS=1 requires it: install the Debian package {debian_package}"
+        );
+    }
+    eprintln!("SKIP: {what} not found (Debian: {debian_package}; AIPERF_REQUIRE_PREREQS=1 makes this a failure)");
+}
+
+/// The run's attributes for `groups` groups of two ranks (plus the primary): one host and
+/// one device entry per rank, as `aiperf run` records them.
+pub fn meta(groups: u32) -> RunMeta {
+    let world = 1 + 2 * groups;
+    RunMeta {
+        program_version: "test".into(),
+        config_json: "{\"preset\":\"test\"}".into(),
+        start_time_s: T0,
+        world_size: world,
+        groups,
+        accelerators: 2 * groups,
+        hosts: vec!["node0".into(); world as usize],
+        devices: std::iter::once("primary".to_string())
+            .chain((1..world).map(|_| "cpu (1 threads)".to_string()))
+            .collect(),
+        seed: 7,
+        dataset: "fashion-mnist".into(),
+        start_architecture: "resnet20".into(),
+        precision: "fp32".into(),
+        fixed_algorithms: true,
+    }
+}
+
+/// An epoch completed `t` seconds after t0: 8 s compute, 1 s all-reduce of 1000 bytes, 1 s
+/// data wait.
+pub fn epoch(t: f64, train_ops: u64, val_ops: u64, acc: f64) -> EpochRow {
+    EpochRow {
+        time_s: T0 + t,
+        trial: 0,
+        model_id: 0,
+        epoch: 1,
+        train_images: 100,
+        val_images: 10,
+        train_ops,
+        val_ops,
+        train_loss: 1.0,
+        val_loss: 1.0,
+        val_accuracy: acc,
+        compute_s: 8.0,
+        allreduce_s: 1.0,
+        allreduce_bytes: 1000,
+        data_wait_s: 1.0,
+    }
+}
+
+/// A finished trial of group 0, model 0, from t0 to t0 + 720 s.
+pub fn trial() -> TrialRow {
+    TrialRow {
+        model_id: 0,
+        father: -1,
+        group: 0,
+        round: 0,
+        batch_size: 32,
+        kernel_size: 3,
+        epochs: 3,
+        best_accuracy: 0.6,
+        reported_accuracy: 0.6,
+        start_s: T0,
+        end_s: T0 + 720.0,
+        status: TrialStatus::Finished,
+    }
+}
+
+/// Two groups; group 1 records one epoch after the end.
+pub fn write_run(dir: &Path, end: Option<f64>) {
+    let p = PrimaryWriter::create(dir, &meta(2)).unwrap();
+    p.append_trial(&trial()).unwrap();
+    p.append_architecture(0, "{\"nodes\": []}").unwrap();
+    p.append_tpe(&TpeRow {
+        time_s: T0 + 720.0,
+        batch_size: 32,
+        kernel_size: 3,
+        loss: 0.4,
+    })
+    .unwrap();
+    let g0 = GroupWriter::create(dir, 0, 2).unwrap();
+    for e in [
+        epoch(100.0, 1000, 100, 0.5),
+        epoch(400.0, 2000, 200, 0.6),
+        epoch(720.0, 3000, 300, 0.55),
+    ] {
+        g0.append_epoch(&e).unwrap();
+    }
+    g0.append_monitor(&MonitorRow {
+        time_s: T0 + 30.0,
+        accel_util: f64::NAN,
+        accel_mem_bytes: f64::NAN,
+        cpu_util: 0.9,
+        host_mem_bytes: 1e9,
+    })
+    .unwrap();
+    let g1 = GroupWriter::create(dir, 1, 2).unwrap();
+    for e in [
+        epoch(350.0, 500, 50, 0.7),
+        epoch(900.0, 4000, 400, 0.8),
+        epoch(1100.0, 9999, 9, 0.99),
+    ] {
+        g1.append_epoch(&e).unwrap();
+    }
+    if let Some(end) = end {
+        p.finish(T0 + end).unwrap();
+    }
+}
+
+/// Equal within a relative 1e-9.
+pub fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+}
