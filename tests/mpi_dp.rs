@@ -40,10 +40,12 @@ fn ranks_stay_bit_identical_with_batch_statistics() {
 #[test]
 fn ranks_stay_bit_identical_and_match_one_process() {
     let one = run(1, &["--frozen-bn"]);
-    assert!(one["bytes_per_step"].as_u64().unwrap() > 0);
+    // One rank exchanges nothing (regression: it used to count its bucket as sent).
+    assert_eq!(one["bytes_per_step"].as_u64(), Some(0));
     for np in [2, 3] {
         let many = run(np, &["--frozen-bn"]);
         assert_eq!(many["ranks"], np);
+        assert!(many["bytes_per_step"].as_u64().unwrap() > 0);
         assert_eq!(
             many["identical"], true,
             "np={np}: parameters differ between ranks"
