@@ -4,7 +4,8 @@
 
 #![warn(missing_docs)]
 
-pub mod arch;
+pub use aiperf_ir::{arch, ops};
+
 pub mod cli;
 pub mod cluster;
 pub mod commands;
@@ -12,7 +13,6 @@ pub mod config;
 pub mod data;
 pub mod model;
 pub mod monitor;
-pub mod ops;
 pub mod platform;
 pub mod search;
 pub mod seeds;
