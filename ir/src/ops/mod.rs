@@ -67,6 +67,7 @@ impl OpCount {
     pub fn of(graph: &Graph) -> Result<OpCount, ArchError> {
         let shapes = graph.shapes()?;
         let mut layers = Vec::with_capacity(graph.nodes.len());
+        let mut trains_upstream: Vec<bool> = Vec::with_capacity(graph.nodes.len());
         for (i, node) in graph.nodes.iter().enumerate() {
             let out = shapes[i];
             let input = node.inputs.first().map(|&j| shapes[j]);
@@ -79,8 +80,13 @@ impl OpCount {
             };
             let (fp, params) =
                 layer_counts(&node.layer, node.inputs.len(), input, out).ok_or_else(too_large)?;
+            // A layer with parameters reading (through any path) the output of another needs
+            // its input gradient; one with no trainable layer between it and the input
+            // does not (DESIGN.md §4: "first conv of the network: FP only").
+            let upstream = node.inputs.iter().any(|&j| trains_upstream[j]);
+            trains_upstream.push(upstream || has_params(&node.layer));
             let bp = match node.layer {
-                Layer::Conv2d { .. } if node.inputs == [0] => Some(fp),
+                Layer::Conv2d { .. } if !upstream => Some(fp),
                 Layer::Conv2d { .. } | Layer::Dense { .. } => fp.checked_mul(2),
                 _ => Some(0),
             }
@@ -141,6 +147,14 @@ impl OpCount {
     pub fn eval_epoch(&self, images: u64) -> u128 {
         u128::from(images) * u128::from(self.fp_per_image)
     }
+}
+
+/// Whether a layer has trainable parameters.
+fn has_params(layer: &Layer) -> bool {
+    matches!(
+        layer,
+        Layer::Conv2d { .. } | Layer::Dense { .. } | Layer::BatchNorm
+    )
 }
 
 /// The product of the factors, if it fits u64.

@@ -172,3 +172,41 @@ fn regression_huge_input_is_an_error_not_a_wrapped_count() {
     // The largest sensible inputs still count.
     assert!(OpCount::of(&crate::arch::resnet50(Shape::new(3, 4096, 4096), 1000)).is_ok());
 }
+
+/// A max-pool between the input and the first conv does not give that conv an input
+/// gradient: only a trainable layer upstream does (checked against PyTorch's
+/// FlopCounterMode by the reporter; the search never produces this graph).
+#[test]
+fn a_conv_behind_a_pool_on_the_input_has_no_input_gradient() {
+    let mut g = Graph::default();
+    g.push(
+        "input",
+        Layer::Input {
+            shape: Shape::new(3, 8, 8),
+        },
+        &[],
+    );
+    let pool = g.push(
+        "pool",
+        Layer::MaxPool {
+            kernel: 2,
+            stride: 2,
+            padding: 0,
+        },
+        &[0],
+    );
+    let conv = |c| Layer::Conv2d {
+        out_channels: c,
+        kernel: 3,
+        stride: 1,
+        padding: 1,
+    };
+    let c1 = g.push("c1", conv(4), &[pool]);
+    let c2 = g.push("c2", conv(4), &[c1]);
+    let gap = g.push("gap", Layer::GlobalAvgPool, &[c2]);
+    g.push("fc", Layer::Dense { out_features: 2 }, &[gap]);
+    let count = OpCount::of(&g).unwrap();
+    let by_name = |n: &str| count.layers.iter().find(|l| l.name == n).unwrap().clone();
+    assert_eq!(by_name("c1").bp, by_name("c1").fp);
+    assert_eq!(by_name("c2").bp, 2 * by_name("c2").fp);
+}
