@@ -51,6 +51,9 @@ fn run(np: usize, extra: &[&str], dir: &Path) -> String {
 /// Checks a run's records; returns (groups, epochs).
 fn check_records(dir: &Path, ranks_per_group: u64) -> (usize, usize) {
     let (run, archs, batch_of) = read_with_architectures(dir);
+    // The reviewers' recount agrees with every row the runtime wrote.
+    let recount = aiperf_records::recount::recount(&run);
+    assert!(recount.is_empty(), "{recount:?}");
     assert!(run.warnings.is_empty(), "{:?}", run.warnings);
     let mut epochs = 0;
     for g in &run.groups {

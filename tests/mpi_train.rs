@@ -100,6 +100,9 @@ fn run(np: usize, data: &Path, results: &Path, extra: &[&str]) -> (String, Strin
 /// Checks the records of a run whose groups have `ranks` ranks; returns the epochs counted.
 fn check_records(dir: &Path, ranks: u64, train: u64, val: u64) -> usize {
     let (run, archs, batch_of) = read_with_architectures(dir);
+    // The reviewers' recount agrees with every row the runtime wrote.
+    let recount = aiperf_records::recount::recount(&run);
+    assert!(recount.is_empty(), "{recount:?}");
     let mut epochs = 0;
     for g in &run.groups {
         assert!(!g.epochs.is_empty(), "group {} recorded no epoch", g.group);

@@ -37,6 +37,7 @@ fn main() {
                 model_id: i / 20,
                 epoch: (i % 20) as u32 + 1,
                 train_images: 1_281_167,
+                steps: 5_005,
                 val_images: 50_000,
                 train_ops: 29_000_000_000_000_000 + i,
                 val_ops: 390_000_000_000_000,

@@ -506,6 +506,7 @@ mod tests {
             model_id: 0,
             epoch: 1,
             train_images: 1,
+            steps: 1,
             val_images: 1,
             train_ops: 1,
             val_ops: 1,

@@ -10,6 +10,7 @@ mod h5guard;
 mod h5msg;
 pub mod plots;
 pub mod reader;
+pub mod recount;
 pub mod report;
 pub mod schema;
 pub mod score;

@@ -69,6 +69,8 @@ pub struct Run {
     pub groups: Vec<GroupRecords>,
     /// Problems that do not prevent scoring but qualify it.
     pub warnings: Vec<String>,
+    /// Every registered architecture (IR JSON) by model id, for the recount of operations.
+    pub architectures: std::collections::BTreeMap<u64, String>,
 }
 
 /// A trial's status as stored: the schema's enum type, but any byte, so that a damaged
@@ -336,12 +338,14 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
         }
         groups.push(read_group(&gpath, g, info.accelerators)?);
     }
+    let architectures = read_architectures(dir)?.into_iter().collect();
     Ok(Run {
         dir: dir.into(),
         info,
         trials,
         groups,
         warnings,
+        architectures,
     })
 }
 

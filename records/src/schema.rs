@@ -4,7 +4,7 @@
 use hdf5::H5Type;
 
 /// Version of this schema; readers refuse others.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 /// Version of the scoring and validity rules (DESIGN.md §5).
 pub const RULES_VERSION: &str = "aiperf-rules-1";
 /// File name of the primary's records.
@@ -29,6 +29,8 @@ pub struct EpochRow {
     pub epoch: u32,
     /// Training images processed in the epoch (all ranks of the group).
     pub train_images: u64,
+    /// Optimizer steps of the epoch (each an update of every parameter; schema 2).
+    pub steps: u64,
     /// Validation images evaluated.
     pub val_images: u64,
     /// Training operations (FP + BP per image, plus updates per step; DESIGN.md §4).

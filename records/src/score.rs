@@ -380,6 +380,7 @@ fn verdict(run: &Run, duration_s: f64, final_error: f64) -> Verdict {
             100.0 * MAX_FINAL_ERROR
         ));
     }
+    invalid.extend(crate::recount::recount(run));
     if i.rules_version != RULES_VERSION {
         invalid.push(format!(
             "recorded under rules {}, scored under {RULES_VERSION}",

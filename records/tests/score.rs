@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use aiperf_records::schema::TpeRow;
+use aiperf_records::schema::{EpochRow, TpeRow};
 use aiperf_records::score::Status;
 use aiperf_records::writer::{GroupWriter, PrimaryWriter, RunMeta};
 use aiperf_records::{read_run, score, RecordError};
@@ -103,18 +103,18 @@ fn damaged_records_give_clear_errors() {
         "{e}"
     );
     // Another schema version.
-    let dir = tmp.path().join("v2");
+    let dir = tmp.path().join("v1");
     write_run(&dir, Some(1000.0));
     {
         let f = hdf5::File::append(dir.join("group-0.h5")).unwrap();
         f.attr("schema_version")
             .unwrap()
-            .write_scalar(&2u32)
+            .write_scalar(&1u32)
             .unwrap();
     }
     let e = read_run(&dir).unwrap_err().to_string();
     assert!(
-        e.contains("group-0.h5") && e.contains("schema version 2"),
+        e.contains("group-0.h5") && e.contains("schema version 1"),
         "{e}"
     );
     // NaN accuracy.
@@ -170,12 +170,43 @@ fn a_valid_official_run() {
         ..meta(1)
     };
     let p = PrimaryWriter::create(tmp.path(), &m).unwrap();
+    let r50 = aiperf_ir::arch::resnet50(aiperf_ir::arch::Shape::new(3, 224, 224), 1000);
+    p.append_architecture(0, &r50.to_json()).unwrap();
+    let count = aiperf_ir::ops::OpCount::of(&r50).unwrap();
+    let mut e = epoch(3000.0, 0, 0, 0.75);
+    e.train_ops = u64::try_from(count.train_epoch(e.train_images, e.steps)).unwrap();
+    e.val_ops = u64::try_from(count.eval_epoch(e.val_images)).unwrap();
     let g = GroupWriter::create(tmp.path(), 0, 2).unwrap();
-    g.append_epoch(&epoch(3000.0, 1 << 50, 1 << 40, 0.75))
-        .unwrap();
+    g.append_epoch(&e).unwrap();
     p.finish(T0 + 3700.0).unwrap();
     let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
     assert_eq!(s.verdict.status, Status::Valid, "{:?}", s.verdict.reasons);
+    // One changed count, and the recount names the row (issue 12: it raised the score 440×
+    // with every check passing).
+    drop(g);
+    let tampered = tempfile::tempdir().unwrap();
+    let p = PrimaryWriter::create(tampered.path(), &m).unwrap();
+    p.append_architecture(0, &r50.to_json()).unwrap();
+    let g = GroupWriter::create(tampered.path(), 0, 2).unwrap();
+    g.append_epoch(&e).unwrap();
+    g.append_epoch(&EpochRow {
+        train_ops: e.train_ops * 440,
+        epoch: 2,
+        time_s: e.time_s + 1.0,
+        ..e
+    })
+    .unwrap();
+    drop(g);
+    p.finish(T0 + 3700.0).unwrap();
+    let s = score(&read_run(tampered.path()).unwrap(), 360.0).unwrap();
+    assert_eq!(s.verdict.status, Status::Invalid);
+    let why = s.verdict.reasons.join("; ");
+    assert!(
+        why.contains("group-0.h5 epochs row 1 (model 0, epoch 2): train_ops")
+            && why.contains("recomputed"),
+        "{why}"
+    );
+    assert!(!why.contains("row 0 "), "the intact row passes: {why}");
     assert_eq!(s.timeline.len(), 11); // 10 grid points below 3700 s, then the end
     assert!(s.timeline[7].ops == 0 && s.timeline[8].ops > 0); // 2880 s, then 3240 s
 }
@@ -381,6 +412,7 @@ const SNAPSHOT: &str = "aiperf score: RUN
   exchange per epoch       1.000 kB/s median (min 1.000 kB/s, max 1.000 kB/s) per rank
   verdict (aiperf-rules-1)   INVALID
     - ran 1000 s, the rules require at least 3600 s (1 h)
+    - model 0: recorded architecture: the graph must start with one Input node (found no nodes): the operations of its 6 epoch row(s) cannot be recomputed
     - dataset fashion-mnist (official: imagenet)
     - start architecture resnet20 (official: resnet50)
   warning: 1 epoch(s) recorded after the run's end are not counted

@@ -64,6 +64,7 @@ pub fn epoch(t: f64, train_ops: u64, val_ops: u64, acc: f64) -> EpochRow {
         model_id: 0,
         epoch: 1,
         train_images: 100,
+        steps: 4,
         val_images: 10,
         train_ops,
         val_ops,

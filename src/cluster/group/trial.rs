@@ -217,6 +217,7 @@ fn record_epoch<C: Communicator>(
         model_id: id.model_id,
         epoch,
         train_images: e.train_images,
+        steps: e.steps,
         val_images: e.val_images,
         train_ops: ops(count.train_epoch(e.train_images, e.steps), "train_ops")?,
         val_ops: ops(count.eval_epoch(e.val_images), "val_ops")?,
