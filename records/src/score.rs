@@ -219,7 +219,8 @@ fn timeline(t0: f64, grid: &[f64], epochs: &[&EpochRow]) -> (Vec<Point>, bool) {
             ops,
             ops_per_s,
             error: raw_error,
-            regulated: ops_per_s * -error.ln(),
+            // Before any completed epoch error = 1 and regulated = 0 (DESIGN.md §5), not −0.
+            regulated: ops_per_s * -error.ln() + 0.0,
         });
     }
     (points, floored)

@@ -332,3 +332,17 @@ fn an_unknown_trial_status_is_refused_naming_the_row_and_the_field() {
         "{e}"
     );
 }
+
+/// Regression: before the first completed epoch the report printed a regulated score of
+/// "-0.000"; DESIGN.md §5 says 0.
+#[test]
+fn regulated_score_before_any_epoch_is_zero_not_negative_zero() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    write_run(tmp.path(), Some(1000.0));
+    let s = score(&read_run(tmp.path()).unwrap(), 50.0).unwrap();
+    let first = &s.timeline[0];
+    assert_eq!((first.ops, first.error), (0, 1.0));
+    assert!(first.regulated == 0.0 && first.regulated.is_sign_positive());
+    assert!(!aiperf_records::report::text(&s).contains("-0.000"));
+}
