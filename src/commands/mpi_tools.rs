@@ -67,6 +67,7 @@ pub fn comm_bench(a: CommBenchArgs) -> anyhow::Result<()> {
         let rows = commbench::sweep(&group, &sizes, a.iters, a.warmup);
         scopes.push((format!("groups of {g} ranks (group 0 shown)"), rows));
     }
+    scopes.extend(node_scopes(&world, &sizes, &a)?);
     if world.rank() == 0 {
         for (scope, rows) in &scopes {
             if a.json {
@@ -81,6 +82,38 @@ pub fn comm_bench(a: CommBenchArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// When the world spans several nodes: the sweep within each node (shared memory; node 0
+/// shown) and across nodes with one rank per node (the interconnect alone; the ranks of
+/// local index 0 shown), so inter-node figures stand apart from intra-node ones.
+fn node_scopes(
+    world: &mpi::topology::SimpleCommunicator,
+    sizes: &[u64],
+    a: &CommBenchArgs,
+) -> anyhow::Result<Vec<(String, Vec<crate::cluster::commbench::CommRow>)>> {
+    use crate::cluster::commbench;
+    use mpi::collective::CommunicatorCollectives;
+    use mpi::topology::Color;
+    let node = world.split_shared(world.rank());
+    let mut nodes = 0i32;
+    world.all_reduce_into(
+        &i32::from(node.rank() == 0),
+        &mut nodes,
+        mpi::collective::SystemOperation::sum(),
+    );
+    if nodes < 2 {
+        return Ok(Vec::new());
+    }
+    let within = commbench::sweep(&node, sizes, a.iters, a.warmup);
+    let across = world
+        .split_by_color(Color::with_value(node.rank()))
+        .context("splitting the world into one rank per node")?;
+    let over = commbench::sweep(&across, sizes, a.iters, a.warmup);
+    Ok(vec![
+        (format!("within a node ({} ranks, node 0 shown)", node.size()), within),
+        (format!("across {nodes} nodes (one rank per node)"), over),
+    ])
 }
 
 /// `aiperf dp-check`: every rank trains a tiny model with gradient exchange; all must
