@@ -111,7 +111,10 @@ fn node_scopes(
         .context("splitting the world into one rank per node")?;
     let over = commbench::sweep(&across, sizes, a.iters, a.warmup);
     Ok(vec![
-        (format!("within a node ({} ranks, node 0 shown)", node.size()), within),
+        (
+            format!("within a node ({} ranks, node 0 shown)", node.size()),
+            within,
+        ),
         (format!("across {nodes} nodes (one rank per node)"), over),
     ])
 }
