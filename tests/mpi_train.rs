@@ -9,61 +9,13 @@ use std::path::Path;
 use std::process::Command;
 
 use aiperf::ops::OpCount;
-use aiperf_data_prep::{PackWriter, Source};
 use aiperf_records::score;
 
 mod common;
 use common::{
-    output, rank_pids, read_run, read_with_architectures, spawn, wait_released, StderrLog,
+    output, rank_pids, read_run, read_with_architectures, spawn, wait_released, write_split,
+    StderrLog,
 };
-
-const SIDE: u32 = 8;
-const CLASSES: u32 = 4;
-
-/// `n` 1×8×8 images: noise, plus a bright 4×4 quadrant numbered by the class; every tenth
-/// sample carries the next class's label, so accuracy stays below 1 (the score's −ln error
-/// stays finite).
-fn write_split(dir: &Path, split: &str, n: usize, seed: u64) {
-    let path = dir.join(format!("{split}.aipk"));
-    let mut w = PackWriter::create(&path, split, [1, SIDE, SIDE], CLASSES).unwrap();
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    for i in 0..n {
-        let class = (i % CLASSES as usize) as u32;
-        let (qy, qx) = (class / 2 * 4, class % 2 * 4);
-        let img: Vec<u8> = (0..SIDE * SIDE)
-            .map(|p| {
-                let (y, x) = (p / SIDE, p % SIDE);
-                let noise = (next() % 90) as u8;
-                let lit = (qy..qy + 4).contains(&y) && (qx..qx + 4).contains(&x);
-                if lit {
-                    noise + 140
-                } else {
-                    noise
-                }
-            })
-            .collect();
-        let label = if i % 10 == 9 {
-            (class + 1) % CLASSES
-        } else {
-            class
-        };
-        w.push(&img, label, &path).unwrap();
-    }
-    let names = (0..CLASSES).map(|c| format!("quadrant{c}")).collect();
-    let src = Source {
-        kind: "test".into(),
-        dataset: "quadrants".into(),
-        inputs: vec![],
-        processing: String::new(),
-    };
-    w.finish(names, src, 0).unwrap();
-}
 
 fn run(np: usize, data: &Path, results: &Path, extra: &[&str]) -> (String, String) {
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");

@@ -27,11 +27,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aiperf_data_prep::{PackWriter, Source};
 use aiperf_records::score;
 
-const SIDE: u32 = 8;
-const CLASSES: u32 = 4;
+mod common;
+use common::{wait_released, write_split};
+
 const TRAIN: u64 = 384;
 const VAL: u64 = 96;
 /// The placement of every scenario but the resumed one: world rank → host.
@@ -137,50 +137,6 @@ fn run_for(limit_s: u32, cmd: &mut Command) -> Output {
     let out = t.output().unwrap();
     assert_ne!(out.status.code(), Some(124), "timed out: {}", text(&out));
     out
-}
-
-/// `n` 1×8×8 images: noise plus a bright quadrant numbered by the class, every tenth label
-/// the next class's (as in tests/mpi_train.rs).
-fn write_split(dir: &Path, split: &str, n: usize, seed: u64) {
-    let path = dir.join(format!("{split}.aipk"));
-    let mut w = PackWriter::create(&path, split, [1, SIDE, SIDE], CLASSES).unwrap();
-    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    let mut next = || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        state
-    };
-    for i in 0..n {
-        let class = (i % CLASSES as usize) as u32;
-        let (qy, qx) = (class / 2 * 4, class % 2 * 4);
-        let img: Vec<u8> = (0..SIDE * SIDE)
-            .map(|p| {
-                let (y, x) = (p / SIDE, p % SIDE);
-                let noise = (next() % 90) as u8;
-                let lit = (qy..qy + 4).contains(&y) && (qx..qx + 4).contains(&x);
-                if lit {
-                    noise + 140
-                } else {
-                    noise
-                }
-            })
-            .collect();
-        let label = if i % 10 == 9 {
-            (class + 1) % CLASSES
-        } else {
-            class
-        };
-        w.push(&img, label, &path).unwrap();
-    }
-    let names = (0..CLASSES).map(|c| format!("quadrant{c}")).collect();
-    let src = Source {
-        kind: "test".into(),
-        dataset: "quadrants".into(),
-        inputs: vec![],
-        processing: String::new(),
-    };
-    w.finish(names, src, 0).unwrap();
 }
 
 /// The real trainer's flags for the tiny data.
@@ -325,26 +281,6 @@ fn wait_limited(child: &mut Child, limit: Duration) -> std::process::ExitStatus 
             panic!("still running after {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Waits until no process holds a file under `dir` open (a killed rank drops its command
-/// line before its files and their HDF5 locks).
-fn wait_released(dir: &Path, limit: Duration) {
-    let started = Instant::now();
-    let held = || {
-        std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.ok())
-            .filter_map(|e| std::fs::read_dir(e.path().join("fd")).ok())
-            .flatten()
-            .filter_map(|fd| fd.ok().and_then(|fd| std::fs::read_link(fd.path()).ok()))
-            .any(|target| target.starts_with(dir))
-    };
-    while held() {
-        assert!(started.elapsed() < limit, "{} stays open", dir.display());
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 

@@ -1,5 +1,7 @@
 //! Helpers shared by the MPI integration tests.
 
+#![allow(dead_code)] // each test binary uses its own subset
+
 use std::path::Path;
 
 /// World ranks of `aiperf run` writing to `dir` (their command lines name it).
@@ -148,4 +150,53 @@ impl StderrLog {
             .map(|m| m.into_inner().unwrap())
             .unwrap_or_else(|t| t.lock().unwrap().clone())
     }
+}
+
+pub const SIDE: u32 = 8;
+pub const CLASSES: u32 = 4;
+
+/// `n` 1×8×8 images: noise, plus a bright 4×4 quadrant numbered by the class; every tenth
+/// sample carries the next class's label, so accuracy stays below 1 (the score's −ln error
+/// stays finite).
+pub fn write_split(dir: &Path, split: &str, n: usize, seed: u64) {
+    let path = dir.join(format!("{split}.aipk"));
+    let mut w =
+        aiperf_data_prep::PackWriter::create(&path, split, [1, SIDE, SIDE], CLASSES).unwrap();
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for i in 0..n {
+        let class = (i % CLASSES as usize) as u32;
+        let (qy, qx) = (class / 2 * 4, class % 2 * 4);
+        let img: Vec<u8> = (0..SIDE * SIDE)
+            .map(|p| {
+                let (y, x) = (p / SIDE, p % SIDE);
+                let noise = (next() % 90) as u8;
+                let lit = (qy..qy + 4).contains(&y) && (qx..qx + 4).contains(&x);
+                if lit {
+                    noise + 140
+                } else {
+                    noise
+                }
+            })
+            .collect();
+        let label = if i % 10 == 9 {
+            (class + 1) % CLASSES
+        } else {
+            class
+        };
+        w.push(&img, label, &path).unwrap();
+    }
+    let names = (0..CLASSES).map(|c| format!("quadrant{c}")).collect();
+    let src = aiperf_data_prep::Source {
+        kind: "test".into(),
+        dataset: "quadrants".into(),
+        inputs: vec![],
+        processing: String::new(),
+    };
+    w.finish(names, src, 0).unwrap();
 }
