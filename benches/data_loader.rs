@@ -62,6 +62,7 @@ fn make_synthetic(dir: &std::path::Path, n: usize, shape: &str) -> anyhow::Resul
         dataset: format!("random-{shape}"),
         inputs: vec![],
         processing: "xorshift random pixels".into(),
+        subset: Some(false),
     };
     writer.finish(names, source, 0)?;
     println!("wrote {}", path.display());

@@ -22,6 +22,7 @@ fn write_split(dir: &Path, split: &str, n: usize) {
         dataset: "tiny".into(),
         inputs: vec![],
         processing: String::new(),
+        subset: Some(false),
     };
     w.finish((0..4).map(|c| format!("c{c}")).collect(), src, 0)
         .unwrap();

@@ -130,6 +130,7 @@ pub fn convert_cifar10(src: &Path, out: &Path) -> Result<Vec<Header>> {
                 dataset: "cifar10".into(),
                 inputs: files.iter().map(|f| f.display().to_string()).collect(),
                 processing: "none (3x32x32)".into(),
+                subset: Some(false),
             },
             0,
         )?);

@@ -359,6 +359,7 @@ fn stage_idx_split(
                 labels_path.display().to_string(),
             ],
             processing: "none (1 channel, native resolution)".into(),
+            subset: Some(false),
         },
         0,
     )

@@ -334,6 +334,7 @@ fn stage_split(
                 "decode JPEG to RGB, centre crop to at most {MAX_ASPECT}:1, resize shorter side to {s} (triangle filter), centre crop {s}x{s}",
                 s = opts.size
             ),
+            subset: Some(opts.limit_per_class.is_some()),
         },
         skipped,
     )

@@ -68,6 +68,7 @@ fn source() -> Source {
         dataset: "test".into(),
         inputs: vec![],
         processing: String::new(),
+        subset: Some(false),
     }
 }
 

@@ -274,6 +274,7 @@ fn write_pack(path: &Path) -> Header {
         dataset: "test".into(),
         inputs: vec![],
         processing: String::new(),
+        subset: Some(false),
     };
     w.finish(vec!["a".into(), "b".into(), "c".into()], source, 0)
         .unwrap()

@@ -26,7 +26,8 @@ fn main() {
         dataset: "imagenet".into(),
         start_architecture: "resnet50".into(),
         precision: "bf16".into(),
-        fixed_algorithms: true,
+        dataset_json: "{}".into(),
+        search_json: "{}".into(),
     };
     let p = PrimaryWriter::create(tmp.path(), &meta).expect("primary");
     for g in 0..groups {
@@ -48,6 +49,7 @@ fn main() {
                 allreduce_s: 0.03,
                 allreduce_bytes: 102_000_000,
                 data_wait_s: 0.01,
+                digest: [0; 32],
             })
             .collect();
         GroupWriter::create(tmp.path(), g, 8)
@@ -55,7 +57,7 @@ fn main() {
             .append_epochs(&rows)
             .expect("rows");
     }
-    p.finish(t0 + 30_001.0).expect("finish");
+    p.finish(t0 + 30_001.0, &[]).expect("finish");
     let mut times: Vec<f64> = (0..5)
         .map(|_| {
             let t = Instant::now();

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 
-use crate::{plots, read_run, report, score};
+use crate::{digest, plots, read_run, report, score};
 
 /// Arguments of `aiperf score`.
 #[derive(clap::Args, Debug)]
@@ -12,9 +12,14 @@ pub struct ScoreArgs {
     /// Run folders (results/<run-id>/), each holding primary.h5 and group-<g>.h5.
     #[arg(required = true)]
     pub runs: Vec<PathBuf>,
-    /// Grid step in seconds (official: 360 = 0.1 h).
-    #[arg(long, default_value_t = score::OFFICIAL_INTERVAL_S)]
-    pub interval: f64,
+    /// Grid step in seconds (official: 360 = 0.1 h) [default: the step the recorded preset
+    /// names (`score_interval_s`), else 360].
+    #[arg(long)]
+    pub interval: Option<f64>,
+    /// The run digest from rank 0's closing log line ("run digest <64 hex digits>"): the
+    /// records must be the ones that job wrote (one run only).
+    #[arg(long, value_name = "HEX")]
+    pub digest: Option<String>,
     /// Print JSON (one document with every run) instead of the text summary.
     #[arg(long)]
     pub json: bool,
@@ -32,17 +37,24 @@ pub struct ScoreArgs {
 
 /// Scores every run and prints the reports; errors name the run and the problem.
 pub fn run(args: &ScoreArgs) -> anyhow::Result<()> {
-    if !(args.interval.is_finite() && args.interval > 0.0) {
-        anyhow::bail!(
-            "--interval {} must be a positive number of seconds (official: 360)",
-            args.interval
-        );
+    if let Some(i) = args.interval.filter(|i| !(i.is_finite() && *i > 0.0)) {
+        anyhow::bail!("--interval {i} must be a positive number of seconds (official: 360)");
     }
+    let expected = match &args.digest {
+        Some(_) if args.runs.len() > 1 => {
+            anyhow::bail!("--digest checks one run: give one run folder with it")
+        }
+        Some(hex) => Some(digest::parse_hex(hex).map_err(|e| anyhow::anyhow!("--digest {e}"))?),
+        None => None,
+    };
     let mut scores = Vec::new();
     let mut runs = Vec::new();
     for dir in &args.runs {
         let run = read_run(dir)?;
-        scores.push(score::score(&run, args.interval)?);
+        let interval = args
+            .interval
+            .unwrap_or_else(|| score::default_interval(&run));
+        scores.push(score::score_with_digest(&run, interval, expected.as_ref())?);
         runs.push(run);
     }
     if args.scaling {

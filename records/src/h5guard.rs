@@ -471,7 +471,8 @@ mod tests {
             dataset: "d".into(),
             start_architecture: "s".into(),
             precision: "fp32".into(),
-            fixed_algorithms: true,
+            dataset_json: "{}".into(),
+            search_json: "{}".into(),
         }
     }
 
@@ -489,10 +490,11 @@ mod tests {
             let json = "{\"layers\": []}".repeat(id as usize % 7 + (id == 7) as usize * 3000);
             p.append_architecture(id, &json).unwrap();
         }
-        p.finish(1.8e9 + 10.0).unwrap();
+        p.finish(1.8e9 + 10.0, &[]).unwrap();
         let bytes = std::fs::read(tmp.path().join("primary.h5")).unwrap();
-        // 8 text attributes and 300 architectures (two chunks of 256 rows).
-        assert_eq!(check_file(&bytes), Ok(308));
+        // 12 text attributes (with the dataset identity, the search record, the group
+        // digests and the run digest) and 300 architectures (two chunks of 256 rows).
+        assert_eq!(check_file(&bytes), Ok(312));
     }
 
     #[test]
@@ -517,6 +519,7 @@ mod tests {
             allreduce_s: 0.0,
             allreduce_bytes: 0,
             data_wait_s: 0.0,
+            digest: [0; 32],
         };
         crate::writer::GroupWriter::create(tmp.path(), 0, 1)
             .unwrap()
@@ -532,7 +535,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         PrimaryWriter::create(tmp.path(), &meta())
             .unwrap()
-            .finish(1.8e9 + 10.0)
+            .finish(1.8e9 + 10.0, &[])
             .unwrap();
         let mut bytes = std::fs::read(tmp.path().join("primary.h5")).unwrap();
         // program_version "test": length 4, the first collection, object 1.

@@ -5,16 +5,20 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod digest;
 pub mod error;
 mod h5guard;
 mod h5msg;
+pub mod integrity;
 pub mod plots;
 pub mod reader;
 pub mod recount;
 pub mod report;
+pub mod rules;
 pub mod schema;
 pub mod score;
 mod source;
+pub mod stability;
 pub mod writer;
 
 pub use error::RecordError;

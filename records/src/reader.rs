@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use hdf5::types::TypeDescriptor;
 use hdf5::H5Type;
 
+use crate::digest::GroupChain;
 use crate::error::RecordError;
 use crate::schema::PRIMARY_FILE;
 use crate::schema::{attr, group_file, EpochRow, MonitorRow, TpeRow, TrialRow, TrialStatus};
@@ -36,10 +37,22 @@ pub struct RunInfo {
     pub start_architecture: String,
     /// Precision.
     pub precision: String,
-    /// Fixed algorithms.
-    pub fixed_algorithms: bool,
     /// `[stopped_s, resumed_s]` of every resumption (empty for a run never resumed).
     pub resumes: Vec<(f64, f64)>,
+    /// Every rank's host (rank 0 first).
+    pub hosts: Vec<String>,
+    /// The records' schema version (1 is read, but cannot be verified).
+    pub schema_version: u32,
+    /// The recorded configuration, JSON text.
+    pub config_json: String,
+    /// The dataset identity, JSON text (`null` in schema 1).
+    pub dataset_json: String,
+    /// The search record, JSON text (`null` in schema 1).
+    pub search_json: String,
+    /// The groups' chains recorded at a clean stop.
+    pub group_chains: Option<Vec<GroupChain>>,
+    /// The run digest recorded at a clean stop, hex.
+    pub run_digest: Option<String>,
 }
 
 /// One group's records.
@@ -69,6 +82,9 @@ pub struct Run {
     pub groups: Vec<GroupRecords>,
     /// Problems that do not prevent scoring but qualify it.
     pub warnings: Vec<String>,
+    /// Records that are missing or do not belong (group files absent, or present beyond
+    /// the `groups` attribute): each makes the result invalid.
+    pub missing: Vec<String>,
     /// Every registered architecture (IR JSON) by model id, for the recount of operations.
     pub architectures: std::collections::BTreeMap<u64, String>,
 }
@@ -179,36 +195,78 @@ fn check_epoch(r: &EpochRow) -> Option<(&'static str, String)> {
         .map(|(field, v)| (*field, format!("{v} is not a number of seconds ≥ 0")))
 }
 
-/// The attributes of `primary.h5`, checked by [`check_info`].
+/// A JSON text attribute, parsed to check it is JSON.
+fn json_attr(p: &Source, name: &'static str) -> Result<String, RecordError> {
+    let text = p.text(name)?;
+    serde_json::from_str::<serde_json::Value>(&text).map_err(|e| RecordError::BadAttribute {
+        path: p.path().into(),
+        name,
+        problem: format!("not JSON ({e})"),
+    })?;
+    Ok(text)
+}
+
+/// An attribute written only at a clean stop.
+fn optional<T>(
+    p: &Source,
+    name: &str,
+    read: impl FnOnce() -> Result<T, RecordError>,
+) -> Result<Option<T>, RecordError> {
+    if p.has_attr(name) {
+        read().map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+/// The attributes of `primary.h5`, checked by [`check_info`]. Schema 1 lacks the dataset
+/// identity, the search record and the digests: they read as absent.
 fn read_info(p: &Source) -> Result<RunInfo, RecordError> {
     let bad = |name: &'static str, problem: String| RecordError::BadAttribute {
         path: p.path().into(),
         name,
         problem,
     };
-    let resumes = if p.has_attr(attr::RESUMES) {
+    let resumes = optional(p, attr::RESUMES, || {
         serde_json::from_str(&p.text(attr::RESUMES)?)
-            .map_err(|e| bad(attr::RESUMES, format!("not a JSON list of pairs ({e})")))?
-    } else {
-        Vec::new()
-    };
+            .map_err(|e| bad(attr::RESUMES, format!("not a JSON list of pairs ({e})")))
+    })?
+    .unwrap_or_default();
+    let v2 = p.version() >= 2;
+    let group_chains = optional(p, attr::GROUP_DIGESTS, || {
+        serde_json::from_str(&p.text(attr::GROUP_DIGESTS)?).map_err(|e| {
+            let problem = format!("not a JSON list of {{group, epochs, digest}} ({e})");
+            bad(attr::GROUP_DIGESTS, problem)
+        })
+    })?;
     let info = RunInfo {
         program_version: p.text(attr::PROGRAM_VERSION)?,
         rules_version: p.text(attr::RULES_VERSION)?,
         start_time_s: p.attr(attr::START_TIME)?,
-        end_time_s: if p.has_attr(attr::END_TIME) {
-            Some(p.attr(attr::END_TIME)?)
-        } else {
-            None
-        },
+        end_time_s: optional(p, attr::END_TIME, || p.attr(attr::END_TIME))?,
         world_size: p.attr(attr::WORLD_SIZE)?,
         groups: p.attr(attr::GROUPS)?,
         accelerators: p.attr(attr::ACCELERATORS)?,
         dataset: p.text(attr::DATASET)?,
         start_architecture: p.text(attr::START_ARCH)?,
         precision: p.text(attr::PRECISION)?,
-        fixed_algorithms: p.attr::<u8>(attr::FIXED_ALGORITHMS)? != 0,
         resumes,
+        hosts: serde_json::from_str(&p.text(attr::HOSTS)?)
+            .map_err(|e| bad(attr::HOSTS, format!("not a JSON list of strings ({e})")))?,
+        schema_version: p.version(),
+        config_json: json_attr(p, attr::CONFIG)?,
+        dataset_json: if v2 {
+            json_attr(p, attr::DATASET_IDENTITY)?
+        } else {
+            "null".into()
+        },
+        search_json: if v2 {
+            json_attr(p, attr::SEARCH)?
+        } else {
+            "null".into()
+        },
+        group_chains,
+        run_digest: optional(p, attr::RUN_DIGEST, || p.text(attr::RUN_DIGEST))?,
     };
     check_info(p, &info)?;
     Ok(info)
@@ -261,14 +319,70 @@ fn check_info(p: &Source, info: &RunInfo) -> Result<(), RecordError> {
     Ok(())
 }
 
-/// Reads `group-<g>.h5`: its attributes and every row, each checked.
-fn read_group(path: &Path, g: u32, accelerators: u32) -> Result<GroupRecords, RecordError> {
+/// An epoch row of schema 1: no optimizer steps, no digest.
+#[derive(H5Type, Clone, Copy, Debug)]
+#[repr(C)]
+struct EpochRowV1 {
+    time_s: f64,
+    trial: u64,
+    model_id: u64,
+    epoch: u32,
+    train_images: u64,
+    val_images: u64,
+    train_ops: u64,
+    val_ops: u64,
+    train_loss: f64,
+    val_loss: f64,
+    val_accuracy: f64,
+    compute_s: f64,
+    allreduce_s: f64,
+    allreduce_bytes: u64,
+    data_wait_s: f64,
+}
+
+impl From<EpochRowV1> for EpochRow {
+    /// Steps 0 and a zero digest: what schema 1 did not record.
+    fn from(r: EpochRowV1) -> EpochRow {
+        EpochRow {
+            time_s: r.time_s,
+            trial: r.trial,
+            model_id: r.model_id,
+            epoch: r.epoch,
+            train_images: r.train_images,
+            steps: 0,
+            val_images: r.val_images,
+            train_ops: r.train_ops,
+            val_ops: r.val_ops,
+            train_loss: r.train_loss,
+            val_loss: r.val_loss,
+            val_accuracy: r.val_accuracy,
+            compute_s: r.compute_s,
+            allreduce_s: r.allreduce_s,
+            allreduce_bytes: r.allreduce_bytes,
+            data_wait_s: r.data_wait_s,
+            digest: [0; 32],
+        }
+    }
+}
+
+/// Reads `group-<g>.h5`: its attributes and every row, each checked. Its schema must be
+/// the primary's.
+fn read_group(
+    path: &Path,
+    g: u32,
+    accelerators: u32,
+    version: u32,
+) -> Result<GroupRecords, RecordError> {
     let f = Source::open(path)?;
     let bad = |name: &'static str, problem: String| RecordError::BadAttribute {
         path: path.into(),
         name,
         problem,
     };
+    if f.version() != version {
+        let problem = format!("{}, but primary.h5 has {version}", f.version());
+        return Err(bad(attr::SCHEMA_VERSION, problem));
+    }
     let recorded: u32 = f.attr("group")?;
     if recorded != g {
         let problem = format!("{recorded}, but the file is {}", group_file(g));
@@ -280,7 +394,12 @@ fn read_group(path: &Path, g: u32, accelerators: u32) -> Result<GroupRecords, Re
             format!("{ranks} ranks, but the run has 1 to {accelerators} accelerators per group");
         return Err(bad(attr::ACCELERATORS, problem));
     }
-    let epochs = f.rows::<EpochRow>("epochs")?;
+    let epochs = if version >= 2 {
+        f.rows::<EpochRow>("epochs")?
+    } else {
+        let v1 = f.rows::<EpochRowV1>("epochs")?;
+        v1.into_iter().map(EpochRow::from).collect()
+    };
     for (row, r) in epochs.iter().enumerate() {
         if let Some((field, problem)) = check_epoch(r) {
             return Err(RecordError::BadRow {
@@ -327,17 +446,25 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
         warnings.push("the run did not stop cleanly (no end time): it is scored up to its last completed epoch".into());
     }
     let mut groups = Vec::new();
+    let mut missing = Vec::new();
     for g in 0..info.groups {
         let gpath = dir.join(group_file(g));
         if !gpath.is_file() {
-            warnings.push(format!(
-                "{} is missing: the score counts only the other groups' work",
-                gpath.display()
+            missing.push(format!(
+                "{} is missing (primary.h5 records {} groups): the score counts only the other groups' work",
+                gpath.display(),
+                info.groups
             ));
             continue;
         }
-        groups.push(read_group(&gpath, g, info.accelerators)?);
+        groups.push(read_group(
+            &gpath,
+            g,
+            info.accelerators,
+            info.schema_version,
+        )?);
     }
+    missing.extend(extra_group_files(dir, info.groups));
     let architectures = read_architectures(dir)?.into_iter().collect();
     Ok(Run {
         dir: dir.into(),
@@ -345,8 +472,33 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
         trials,
         groups,
         warnings,
+        missing,
         architectures,
     })
+}
+
+/// `group-<g>.h5` files in `dir` with `g` at or beyond the recorded group count.
+fn extra_group_files(dir: &Path, groups: u32) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut extra: Vec<(u64, String)> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let g: u64 = name.strip_prefix("group-")?.strip_suffix(".h5")?.parse().ok()?;
+            (g >= u64::from(groups)).then(|| {
+                let text = format!(
+                    "{} is present, but primary.h5 records {groups} groups (0 to {}): the groups attribute or the folder was altered",
+                    e.path().display(),
+                    groups.saturating_sub(1)
+                );
+                (g, text)
+            })
+        })
+        .collect();
+    extra.sort();
+    extra.into_iter().map(|(_, t)| t).collect()
 }
 
 /// The TPE observations recorded in `dir/primary.h5`, in the order the primary learned them.

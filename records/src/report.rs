@@ -46,7 +46,7 @@ fn trial_outcomes(s: &Score) -> String {
     }
 }
 
-/// The human summary: headline, verdict, totals, split, timeline.
+/// The human summary: headline, stability, totals, split, records, verdict, timeline.
 pub fn text(s: &Score) -> String {
     let mut t = String::new();
     let _ = writeln!(t, "aiperf score: {}", s.run);
@@ -59,6 +59,14 @@ pub fn text(s: &Score) -> String {
         si(s.ops_per_s_per_accelerator),
         si(s.regulated_per_accelerator)
     );
+    let _ = writeln!(
+        t,
+        "  per node ({:>3})           {}OPS, regulated {}OPS",
+        s.nodes,
+        si(s.ops_per_s_per_node),
+        si(s.regulated_per_node)
+    );
+    write_stability(&mut t, s);
     let _ = writeln!(
         t,
         "  duration                 {:.1} s ({:.2} h)",
@@ -91,6 +99,56 @@ pub fn text(s: &Score) -> String {
         si(s.train_ops as f64),
         si(s.val_ops as f64)
     );
+    write_split(&mut t, s);
+    write_verdict(&mut t, s);
+    write_timeline(&mut t, s);
+    t
+}
+
+/// The stability lines of [`text`]: warm-up end, steady-state OPS, convergence.
+fn write_stability(t: &mut String, s: &Score) {
+    let st = &s.stability;
+    match (st.warmup_end_s, st.steady_ops_per_s) {
+        (Some(tw), Some(steady)) => {
+            let _ = writeln!(
+                t,
+                "  steady state             {}OPS after the warm-up ended at {tw:.1} s",
+                si(steady)
+            );
+        }
+        (Some(tw), None) => {
+            let _ = writeln!(
+                t,
+                "  steady state             none: the warm-up ended at {tw:.1} s, at the run's end"
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                t,
+                "  steady state             undefined: group(s) {:?} never finished their 3 warm-up trials",
+                st.groups_in_warmup
+            );
+        }
+    }
+    let verdict = match (st.converged, st.ops_per_s_window_before) {
+        (Some(c), Some(before)) => format!(
+            "{}: OPS {} → {}OPS over the last {:.0} s ({:+.2}%, tolerance ±2%)",
+            if c { "yes" } else { "no" },
+            si(before).trim_end(),
+            si(s.ops_per_s),
+            st.window_s,
+            100.0 * (s.ops_per_s - before) / s.ops_per_s.max(f64::MIN_POSITIVE)
+        ),
+        _ => format!(
+            "untested: the run is no longer than the {:.0} s window (or did no work)",
+            st.window_s
+        ),
+    };
+    let _ = writeln!(t, "  converged                {verdict}");
+}
+
+/// The time split and the exchange lines of [`text`].
+fn write_split(t: &mut String, s: &Score) {
     let busy = s.compute_s + s.allreduce_s + s.data_wait_s;
     let pct = |v: f64| if busy > 0.0 { 100.0 * v / busy } else { 0.0 };
     let _ = writeln!(
@@ -121,6 +179,31 @@ pub fn text(s: &Score) -> String {
             si(hi)
         );
     }
+}
+
+/// The records' integrity line, e.g. `intact (run digest 3fa2…)`.
+pub fn records_line(s: &Score) -> String {
+    let i = &s.integrity;
+    let digest = i.run_digest.as_deref().unwrap_or("none");
+    let given = match i.digest_matches {
+        Some(true) => ", matches --digest",
+        Some(false) => ", does NOT match --digest",
+        None => "",
+    };
+    match i.records {
+        "intact" => format!("intact (run digest {digest}{given})"),
+        "incomplete" => "chains intact, no run digest (the run did not stop cleanly)".into(),
+        "unverifiable" => "unverifiable (schema 1: no digests)".into(),
+        other => format!(
+            "{} (see the verdict; run digest {digest}{given})",
+            other.to_uppercase()
+        ),
+    }
+}
+
+/// The records and verdict lines of [`text`], then the warnings.
+fn write_verdict(t: &mut String, s: &Score) {
+    let _ = writeln!(t, "  records                  {}", records_line(s));
     let status = match s.verdict.status {
         Status::Valid => "VALID",
         Status::Unofficial => "UNOFFICIAL",
@@ -133,8 +216,6 @@ pub fn text(s: &Score) -> String {
     for w in &s.warnings {
         let _ = writeln!(t, "  warning: {w}");
     }
-    write_timeline(&mut t, s);
-    t
 }
 
 /// The timeline table of [`text`].
@@ -157,17 +238,26 @@ fn write_timeline(t: &mut String, s: &Score) {
     }
 }
 
-/// The weak-scaling table: runs by accelerator count, with the per-accelerator score's
-/// efficiency relative to the smallest run.
+/// The weak-scaling table: runs by accelerator count, with the per-accelerator and
+/// per-node scores, the per-accelerator efficiency relative to the smallest run, the
+/// steady-state OPS and convergence.
 pub fn scaling(scores: &[Score]) -> String {
     let mut rows: Vec<&Score> = scores.iter().collect();
-    rows.sort_by_key(|s| s.accelerators);
+    rows.sort_by_key(|s| (s.accelerators, s.nodes));
     let base = rows.first().map_or(0.0, |s| s.ops_per_s_per_accelerator);
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "{:>12}  {:>14}  {:>16}  {:>10}  {:>10}  run",
-        "accelerators", "score (OPS)", "per accelerator", "efficiency", "verdict"
+        "{:>12}  {:>5}  {:>14}  {:>16}  {:>14}  {:>10}  {:>14}  {:>9}  {:>10}  run",
+        "accelerators",
+        "nodes",
+        "score (OPS)",
+        "per accelerator",
+        "per node",
+        "efficiency",
+        "steady (OPS)",
+        "converged",
+        "verdict"
     );
     for s in rows {
         let eff = if base > 0.0 {
@@ -175,13 +265,22 @@ pub fn scaling(scores: &[Score]) -> String {
         } else {
             0.0
         };
+        let steady = s.stability.steady_ops_per_s.map_or("-".into(), si);
+        let converged = s
+            .stability
+            .converged
+            .map_or("-", |c| if c { "yes" } else { "no" });
         let _ = writeln!(
             t,
-            "{:>12}  {:>14}  {:>16}  {:>9.1}%  {:>10}  {}",
+            "{:>12}  {:>5}  {:>14}  {:>16}  {:>14}  {:>9.1}%  {:>14}  {:>9}  {:>10}  {}",
             s.accelerators,
+            s.nodes,
             si(s.ops_per_s),
             si(s.ops_per_s_per_accelerator),
+            si(s.ops_per_s_per_node),
             100.0 * eff,
+            steady,
+            converged,
             format!("{:?}", s.verdict.status).to_uppercase(),
             s.run
         );
@@ -189,13 +288,26 @@ pub fn scaling(scores: &[Score]) -> String {
     t
 }
 
-/// The timeline as CSV (one row per grid point).
+/// The timeline as CSV (one row per grid point), each row with the run's per-node score
+/// and stability figures (empty where undefined).
 pub fn csv(s: &Score) -> String {
-    let mut t = String::from("run,elapsed_s,ops,ops_per_s,error,regulated\n");
+    let mut t = String::from(
+        "run,elapsed_s,ops,ops_per_s,error,regulated,nodes,ops_per_s_per_node,warmup_end_s,steady_ops_per_s,converged\n",
+    );
+    let opt = |v: Option<f64>| v.map_or(String::new(), |v| v.to_string());
+    let st = &s.stability;
+    let tail = format!(
+        "{},{},{},{},{}",
+        s.nodes,
+        s.ops_per_s_per_node,
+        opt(st.warmup_end_s),
+        opt(st.steady_ops_per_s),
+        st.converged.map_or(String::new(), |c| c.to_string())
+    );
     for p in &s.timeline {
         let _ = writeln!(
             t,
-            "{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{tail}",
             s.run, p.elapsed_s, p.ops, p.ops_per_s, p.error, p.regulated
         );
     }

@@ -6,7 +6,7 @@ use hdf5::H5Type;
 /// Version of this schema; readers refuse others.
 pub const SCHEMA_VERSION: u32 = 2;
 /// Version of the scoring and validity rules (DESIGN.md §5).
-pub const RULES_VERSION: &str = "aiperf-rules-1";
+pub const RULES_VERSION: &str = "aiperf-rules-2";
 /// File name of the primary's records.
 pub const PRIMARY_FILE: &str = "primary.h5";
 
@@ -51,6 +51,9 @@ pub struct EpochRow {
     pub allreduce_bytes: u64,
     /// Seconds waiting for data.
     pub data_wait_s: f64,
+    /// Running SHA-256 of the previous row's digest and this row's fields (schema 2;
+    /// [`crate::digest`]).
+    pub digest: [u8; 32],
 }
 
 /// One monitoring sample (`group-<g>.h5`, dataset `monitor`). NaN where not measured.
@@ -143,8 +146,14 @@ pub mod attr {
     pub const START_ARCH: &str = "start_architecture";
     /// string: training precision (`fp32`, `bf16`, `fp16`).
     pub const PRECISION: &str = "precision";
-    /// u8: 1 when the search and HPO algorithms are the fixed ones of the rules.
-    pub const FIXED_ALGORITHMS: &str = "fixed_algorithms";
+    /// string: JSON [`crate::rules::DatasetIdentity`], from the packs' headers.
+    pub const DATASET_IDENTITY: &str = "dataset_identity";
+    /// string: JSON [`crate::rules::SearchRecord`], the algorithms and schedules used.
+    pub const SEARCH: &str = "search";
+    /// string, at a clean stop: JSON list of [`crate::digest::GroupChain`].
+    pub const GROUP_DIGESTS: &str = "group_digests";
+    /// string, at a clean stop: the run digest, 64 hex digits.
+    pub const RUN_DIGEST: &str = "run_digest";
     /// string, optional: JSON list of `[stopped_s, resumed_s]` pairs, one per
     /// `aiperf run --resume` — the last record before the stop and the moment the run went
     /// on. The down time between them counts as wall time.

@@ -5,16 +5,16 @@
 
 use serde::Serialize;
 
+use crate::digest::Digest;
 use crate::error::RecordError;
+use crate::integrity::{self, Integrity};
 use crate::reader::Run;
+use crate::rules::{self, Severity};
 use crate::schema::{EpochRow, TrialStatus, RULES_VERSION};
+use crate::stability::{stability, Stability};
 
 /// The official grid step: 0.1 h.
 pub const OFFICIAL_INTERVAL_S: f64 = 360.0;
-/// The official minimum duration: 1 h.
-pub const MIN_DURATION_S: f64 = 3600.0;
-/// The largest final error of a valid run.
-pub const MAX_FINAL_ERROR: f64 = 0.30;
 /// Error floor, so that a perfect accuracy keeps −ln(error) finite (a warning says so).
 pub const ERROR_FLOOR: f64 = 1e-9;
 
@@ -81,6 +81,16 @@ pub struct Score {
     pub ops_per_s_per_accelerator: f64,
     /// Regulated score per accelerator.
     pub regulated_per_accelerator: f64,
+    /// Nodes: distinct hosts of the training ranks.
+    pub nodes: u32,
+    /// Score per node.
+    pub ops_per_s_per_node: f64,
+    /// Regulated score per node.
+    pub regulated_per_node: f64,
+    /// Warm-up end, steady-state OPS and convergence (DESIGN.md §5).
+    pub stability: Stability,
+    /// What the digests say of the records.
+    pub integrity: Integrity,
     /// Training operations counted.
     pub train_ops: u128,
     /// Validation operations counted.
@@ -273,8 +283,13 @@ fn clock_warnings(epochs: &[&EpochRow], t0: f64, t_end: f64) -> Vec<String> {
     warnings
 }
 
-/// Scores `run` with grid step `interval_s` (DESIGN.md §5).
+/// Scores `run` with grid step `interval_s` (DESIGN.md §5), verifying its digests.
 pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
+    score_with_digest(run, interval_s, None)
+}
+
+/// The run's start, end and epochs sorted by completion time.
+fn span(run: &Run) -> Result<(f64, f64, Vec<&EpochRow>), RecordError> {
     let t0 = run.info.start_time_s;
     let mut epochs: Vec<_> = run.groups.iter().flat_map(|g| g.epochs.iter()).collect();
     if epochs.is_empty() {
@@ -283,15 +298,31 @@ pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
     epochs.sort_by(|a, b| a.time_s.total_cmp(&b.time_s));
     let last_epoch = epochs.last().expect("not empty").time_s;
     let t_end = run.info.end_time_s.unwrap_or(last_epoch);
-    let mut warnings = run.warnings.clone();
-    warnings.extend(clock_warnings(&epochs, t0, t_end));
-    let duration_s = t_end - t0;
-    if duration_s <= 0.0 {
+    if t_end - t0 <= 0.0 {
         return Err(RecordError::Hdf5 {
             path: run.dir.clone(),
             message: format!("the run ends ({t_end}) before it starts ({t0})"),
         });
     }
+    Ok((t0, t_end, epochs))
+}
+
+/// Distinct hosts of the training ranks (rank 0, the primary, excluded), at least 1.
+fn nodes(run: &Run) -> u32 {
+    let hosts: std::collections::BTreeSet<&String> = run.info.hosts.iter().skip(1).collect();
+    (hosts.len() as u32).max(1)
+}
+
+/// [`score`], also checking the run digest against `expected` (`aiperf score --digest`).
+pub fn score_with_digest(
+    run: &Run,
+    interval_s: f64,
+    expected: Option<&Digest>,
+) -> Result<Score, RecordError> {
+    let (t0, t_end, epochs) = span(run)?;
+    let mut warnings = run.warnings.clone();
+    warnings.extend(clock_warnings(&epochs, t0, t_end));
+    let duration_s = t_end - t0;
     let grid = grid(duration_s, interval_s).map_err(|problem| RecordError::BadInterval {
         run: run.dir.clone(),
         problem,
@@ -302,18 +333,47 @@ pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
             "a validation accuracy of 1 makes −ln(error) infinite: error taken as {ERROR_FLOOR}"
         ));
     }
-    let counted: Vec<_> = epochs.iter().filter(|e| e.time_s <= t_end).collect();
+    let counted: Vec<&EpochRow> = epochs
+        .iter()
+        .copied()
+        .filter(|e| e.time_s <= t_end)
+        .collect();
     let end = timeline.last().expect("grid ends at t_end").clone();
-    let acc = run.info.accelerators.max(1);
-    let sum = |f: &dyn Fn(&EpochRow) -> f64| counted.iter().map(|e| f(e)).sum::<f64>();
-    let allreduce_s = sum(&|e| e.allreduce_s);
     let best_accuracy = counted.iter().map(|e| e.val_accuracy).fold(0.0, f64::max);
-    let verdict = verdict(run, duration_s, 1.0 - best_accuracy);
+    let integrity = integrity::check(run, expected);
+    warnings.extend(integrity.notes.iter().cloned());
+    let verdict = verdict(run, duration_s, 1.0 - best_accuracy, &integrity);
+    let groups: Vec<u32> = (0..run.info.groups).collect();
+    let stability = stability(t0, t_end, &epochs, &run.trials, &groups);
+    let mut s = totals(run, &counted, duration_s);
+    let (acc, nodes) = (f64::from(run.info.accelerators.max(1)), nodes(run));
+    s.ops_per_s = end.ops_per_s;
+    s.regulated = end.regulated;
+    s.ops_per_s_per_accelerator = end.ops_per_s / acc;
+    s.regulated_per_accelerator = end.regulated / acc;
+    s.nodes = nodes;
+    s.ops_per_s_per_node = end.ops_per_s / f64::from(nodes);
+    s.regulated_per_node = end.regulated / f64::from(nodes);
+    s.interval_s = interval_s;
+    s.best_accuracy = best_accuracy;
+    s.timeline = timeline;
+    s.verdict = verdict;
+    s.stability = stability;
+    s.integrity = integrity;
+    s.warnings = warnings;
+    Ok(s)
+}
+
+/// The sums over the counted epochs and trials; the end figures are filled in by the caller.
+fn totals(run: &Run, counted: &[&EpochRow], duration_s: f64) -> Score {
+    let sum = |f: &dyn Fn(&EpochRow) -> f64| counted.iter().map(|e| f(e)).sum::<f64>();
+    let (compute_s, allreduce_s) = (sum(&|e| e.compute_s), sum(&|e| e.allreduce_s));
+    let t_end = run.info.start_time_s + duration_s;
     let (allreduce_bytes_per_s, allreduce_epoch_bytes_per_s) = exchange(run, t_end);
     let trials_with = |s: TrialStatus| run.trials.iter().filter(|t| t.status == s).count();
-    Ok(Score {
+    Score {
         run: run.dir.display().to_string(),
-        interval_s,
+        interval_s: 0.0,
         duration_s,
         resumes: run.info.resumes.len(),
         down_time_s: run
@@ -322,65 +382,78 @@ pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
             .iter()
             .map(|(stopped, resumed)| (resumed - stopped).max(0.0))
             .sum(),
-        ops_per_s: end.ops_per_s,
-        regulated: end.regulated,
+        timeline: Vec::new(),
+        ops_per_s: 0.0,
+        regulated: 0.0,
         accelerators: run.info.accelerators,
-        ops_per_s_per_accelerator: end.ops_per_s / f64::from(acc),
-        regulated_per_accelerator: end.regulated / f64::from(acc),
+        ops_per_s_per_accelerator: 0.0,
+        regulated_per_accelerator: 0.0,
+        nodes: 1,
+        ops_per_s_per_node: 0.0,
+        regulated_per_node: 0.0,
+        stability: stability(0.0, 1.0, &[], &[], &[]),
+        integrity: integrity::Integrity::default(),
         train_ops: counted.iter().map(|e| u128::from(e.train_ops)).sum(),
         val_ops: counted.iter().map(|e| u128::from(e.val_ops)).sum(),
         trials: run.trials.len(),
         trials_stopped: trials_with(TrialStatus::Stopped),
         trials_failed: trials_with(TrialStatus::Failed),
         epochs: counted.len(),
-        best_accuracy,
-        compute_s: sum(&|e| e.compute_s),
+        best_accuracy: 0.0,
+        compute_s,
         allreduce_s,
         allreduce_bytes: counted.iter().map(|e| u128::from(e.allreduce_bytes)).sum(),
         data_wait_s: sum(&|e| e.data_wait_s),
         allreduce_bytes_per_s,
         allreduce_epoch_bytes_per_s,
-        busy_fraction: (sum(&|e| e.compute_s) + allreduce_s)
-            / (run.groups.len().max(1) as f64 * duration_s),
-        timeline,
-        verdict,
-        warnings,
-    })
+        busy_fraction: (compute_s + allreduce_s) / (run.groups.len().max(1) as f64 * duration_s),
+        verdict: Verdict {
+            rules: RULES_VERSION.into(),
+            status: Status::Valid,
+            reasons: Vec::new(),
+        },
+        warnings: Vec::new(),
+    }
 }
 
-/// The rules: configuration deviations make a result unofficial; broken rules make it invalid.
-fn verdict(run: &Run, duration_s: f64, final_error: f64) -> Verdict {
+/// The grid step the recorded preset names (`preset.score_interval_s`), else the official
+/// 0.1 h.
+pub fn default_interval(run: &Run) -> f64 {
+    json(&run.info.config_json)
+        .pointer("/preset/score_interval_s")
+        .and_then(serde_json::Value::as_f64)
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .unwrap_or(OFFICIAL_INTERVAL_S)
+}
+
+/// Parses a recorded JSON text; damaged text reads as `null` (every rule on it then fails).
+fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or(serde_json::Value::Null)
+}
+
+/// The verdict under [`RULES_VERSION`]: the rules table ([`crate::rules::RULES`]) over the
+/// recorded configuration, dataset identity, search record and measured figures, plus the
+/// records' own soundness — group files present, digest chains intact, every epoch's ops
+/// recomputed — and the rules version recorded. INVALID outranks UNOFFICIAL.
+fn verdict(run: &Run, duration_s: f64, final_error: f64, integrity: &Integrity) -> Verdict {
     let i = &run.info;
-    let mut unofficial = Vec::new();
+    let evidence = rules::evidence(
+        &json(&i.config_json),
+        &json(&i.dataset_json),
+        &json(&i.search_json),
+        duration_s,
+        final_error,
+    );
     let mut invalid = Vec::new();
-    if i.dataset != "imagenet" {
-        unofficial.push(format!("dataset {} (official: imagenet)", i.dataset));
+    let mut unofficial = Vec::new();
+    for d in rules::check(&evidence) {
+        match d.rule.severity {
+            Severity::Invalid => invalid.push(d.to_string()),
+            Severity::Unofficial => unofficial.push(d.to_string()),
+        }
     }
-    if i.start_architecture != "resnet50" {
-        unofficial.push(format!(
-            "start architecture {} (official: resnet50)",
-            i.start_architecture
-        ));
-    }
-    if !i.fixed_algorithms {
-        unofficial.push("search or HPO algorithms differ from the rules' fixed ones".into());
-    }
-    if !["fp32", "tf32", "bf16", "fp16"].contains(&i.precision.as_str()) {
-        invalid.push(format!("precision {} is below FP16", i.precision));
-    }
-    if duration_s < MIN_DURATION_S {
-        invalid.push(format!(
-            "ran {:.0} s, the rules require at least {MIN_DURATION_S:.0} s (1 h)",
-            duration_s
-        ));
-    }
-    if final_error > MAX_FINAL_ERROR {
-        invalid.push(format!(
-            "final error {:.1}% exceeds {:.0}%",
-            100.0 * final_error,
-            100.0 * MAX_FINAL_ERROR
-        ));
-    }
+    invalid.extend(run.missing.iter().cloned());
+    invalid.extend(integrity.problems.iter().cloned());
     invalid.extend(crate::recount::recount(run));
     if i.rules_version != RULES_VERSION {
         invalid.push(format!(

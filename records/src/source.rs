@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hdf5::types::VarLenUnicode;
+use hdf5::types::{TypeDescriptor, VarLenUnicode};
 use hdf5::{Container, Datatype, File, H5Type};
 
 use crate::error::RecordError;
@@ -22,7 +22,11 @@ pub(crate) struct Source {
     file: File,
     path: PathBuf,
     len_bytes: u64,
+    version: u32,
 }
+
+/// The oldest schema read (schema 1: no optimizer steps, no digests; scored as unverifiable).
+pub(crate) const OLDEST_SCHEMA: u32 = 1;
 
 impl Source {
     /// Opens `path` and checks its schema version. The file's structure is checked first
@@ -39,20 +43,27 @@ impl Source {
                 "{e}: the file is damaged (or a run is still writing it; aiperf score reads finished or stopped runs)"
             ),
         })?;
-        let source = Source {
+        let mut source = Source {
             file: open_hdf5(path)?,
             path: path.into(),
             len_bytes: bytes.len() as u64,
+            version: SCHEMA_VERSION,
         };
         let version: u32 = source.attr(attr::SCHEMA_VERSION)?;
-        if version != SCHEMA_VERSION {
+        if !(OLDEST_SCHEMA..=SCHEMA_VERSION).contains(&version) {
             return Err(RecordError::Schema {
                 path: path.into(),
                 found: version,
                 expected: SCHEMA_VERSION,
             });
         }
+        source.version = version;
         Ok(source)
+    }
+
+    /// The file's schema version.
+    pub(crate) fn version(&self) -> u32 {
+        self.version
     }
 
     /// The file's path.
@@ -74,13 +85,33 @@ impl Source {
         if stored == expected {
             return Ok(());
         }
-        let found = stored
-            .to_descriptor()
-            .map_or_else(|e| format!("an unreadable type ({e})"), |d| format!("{d}"));
+        let found = stored.to_descriptor();
+        if let (Ok(TypeDescriptor::Compound(have)), TypeDescriptor::Compound(want)) =
+            (&found, T::type_descriptor())
+        {
+            let missing: Vec<&str> = want
+                .fields
+                .iter()
+                .filter(|f| !have.fields.iter().any(|h| h.name == f.name))
+                .map(|f| f.name.as_str())
+                .collect();
+            if !missing.is_empty() {
+                return Err(self.hdf5(
+                    what,
+                    format!(
+                        "lacks the field(s) {} that schema {} requires: the file is damaged or was not written by aiperf",
+                        missing.join(", "),
+                        self.version
+                    ),
+                ));
+            }
+        }
+        let found = found.map_or_else(|e| format!("an unreadable type ({e})"), |d| format!("{d}"));
         Err(self.hdf5(
             what,
             format!(
-                "stored as {found}, not as schema {SCHEMA_VERSION} says ({}): the file is damaged or was not written by aiperf",
+                "stored as {found}, not as schema {} says ({}): the file is damaged or was not written by aiperf",
+                self.version,
                 T::type_descriptor()
             ),
         ))

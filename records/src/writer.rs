@@ -1,11 +1,13 @@
 //! Writing the records: chunked, resizable datasets appended and flushed one row at a time,
 //! so a crash loses at most the row being written.
 
+use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, Extent, File, H5Type};
 
+use crate::digest::{self, Digest, GroupChain};
 use crate::error::RecordError;
 use crate::schema::{
     attr, group_file, EpochRow, MonitorRow, TpeRow, TrialRow, PRIMARY_FILE, RULES_VERSION,
@@ -42,8 +44,10 @@ pub struct RunMeta {
     pub start_architecture: String,
     /// Precision.
     pub precision: String,
-    /// Whether the rules' fixed search and HPO algorithms are used.
-    pub fixed_algorithms: bool,
+    /// The dataset identity from the packs' headers, JSON ([`crate::rules::DatasetIdentity`]).
+    pub dataset_json: String,
+    /// The search as run, JSON ([`crate::rules::SearchRecord`]).
+    pub search_json: String,
 }
 
 fn h5(path: &Path) -> impl Fn(hdf5::Error) -> RecordError + '_ {
@@ -143,12 +147,8 @@ impl PrimaryWriter {
         write_text_attr(&file, &path, attr::DATASET, &meta.dataset)?;
         write_text_attr(&file, &path, attr::START_ARCH, &meta.start_architecture)?;
         write_text_attr(&file, &path, attr::PRECISION, &meta.precision)?;
-        write_attr(
-            &file,
-            &path,
-            attr::FIXED_ALGORITHMS,
-            &u8::from(meta.fixed_algorithms),
-        )?;
+        write_text_attr(&file, &path, attr::DATASET_IDENTITY, &meta.dataset_json)?;
+        write_text_attr(&file, &path, attr::SEARCH, &meta.search_json)?;
         let trials = table::<TrialRow>(&file, &path, "trials")?;
         let arch_ids = table::<u64>(&file, &path, "architecture_ids")?;
         let arch_json = table::<VarLenUnicode>(&file, &path, "architectures")?;
@@ -181,7 +181,12 @@ impl PrimaryWriter {
             Err(_) => Vec::new(),
         };
         resumes.push((stopped_s, resumed_s));
-        for name in [attr::END_TIME, attr::RESUMES] {
+        for name in [
+            attr::END_TIME,
+            attr::RESUMES,
+            attr::GROUP_DIGESTS,
+            attr::RUN_DIGEST,
+        ] {
             if file.attr(name).is_ok() {
                 file.delete_attr(name).map_err(h5(&path))?;
             }
@@ -226,19 +231,50 @@ impl PrimaryWriter {
         append(&self.file, &self.path, &self.tpe, row)
     }
 
-    /// Marks a clean end of the run at `end_time_s` and closes the file.
-    pub fn finish(self, end_time_s: f64) -> Result<(), RecordError> {
-        write_attr(&self.file, &self.path, attr::END_TIME, &end_time_s)?;
-        self.file.flush().map_err(h5(&self.path))
+    /// A text attribute of this file.
+    fn text_attr(&self, name: &str) -> Result<String, RecordError> {
+        let a = self.file.attr(name).map_err(h5(&self.path))?;
+        let t: VarLenUnicode = a.read_scalar().map_err(h5(&self.path))?;
+        Ok(t.as_str().to_owned())
+    }
+
+    /// Marks a clean end of the run at `end_time_s`, records the groups' chains and the
+    /// run digest over them ([`crate::digest::run_digest`]), closes the file and returns
+    /// the run digest.
+    pub fn finish(self, end_time_s: f64, chains: &[GroupChain]) -> Result<Digest, RecordError> {
+        let p = &self.path;
+        write_attr(&self.file, p, attr::END_TIME, &end_time_s)?;
+        let chains_json = serde_json::to_string(chains).expect("plain data");
+        write_text_attr(&self.file, p, attr::GROUP_DIGESTS, &chains_json)?;
+        let start: f64 = self
+            .file
+            .attr(attr::START_TIME)
+            .and_then(|a| a.read_scalar())
+            .map_err(h5(p))?;
+        let run = digest::run_digest(
+            &self.text_attr(attr::RULES_VERSION)?,
+            &self.text_attr(attr::CONFIG)?,
+            &self.text_attr(attr::DATASET_IDENTITY)?,
+            &self.text_attr(attr::SEARCH)?,
+            start,
+            chains,
+        );
+        write_text_attr(&self.file, p, attr::RUN_DIGEST, &digest::hex(&run))?;
+        self.file.flush().map_err(h5(p))?;
+        Ok(run)
     }
 }
 
-/// `group-<g>.h5`: a group's epochs and monitor samples.
+/// `group-<g>.h5`: a group's epochs and monitor samples. It seals each epoch row into the
+/// group's digest chain as it appends it.
 pub struct GroupWriter {
     path: PathBuf,
     file: File,
     epochs: Dataset,
     monitor: Dataset,
+    group: u32,
+    /// The chain's last digest and its rows.
+    chain: Cell<(Digest, u64)>,
 }
 
 impl GroupWriter {
@@ -257,6 +293,8 @@ impl GroupWriter {
             file,
             epochs,
             monitor,
+            group,
+            chain: Cell::new((digest::chain_seed(group), 0)),
         })
     }
 
@@ -269,22 +307,42 @@ impl GroupWriter {
         let file = File::open_rw(&path).map_err(h5(&path))?;
         let epochs = file.dataset("epochs").map_err(h5(&path))?;
         let monitor = file.dataset("monitor").map_err(h5(&path))?;
+        // The chain goes on from the last row written before the stop.
+        let rows: Vec<EpochRow> = epochs.read_raw().map_err(h5(&path))?;
+        let chain = (digest::last(group, &rows), rows.len() as u64);
         Ok(GroupWriter {
             path,
             file,
             epochs,
             monitor,
+            group,
+            chain: Cell::new(chain),
         })
     }
 
-    /// Records a completed epoch.
+    /// Records a completed epoch (its `digest` is filled in here).
     pub fn append_epoch(&self, row: &EpochRow) -> Result<(), RecordError> {
-        append(&self.file, &self.path, &self.epochs, row)
+        self.append_epochs(std::slice::from_ref(row))
     }
 
     /// Records several completed epochs at once (one flush), e.g. when replaying records.
     pub fn append_epochs(&self, rows: &[EpochRow]) -> Result<(), RecordError> {
-        append_rows(&self.file, &self.path, &self.epochs, rows)
+        let (prev, n) = self.chain.get();
+        let mut sealed = rows.to_vec();
+        let last = digest::seal(prev, &mut sealed);
+        append_rows(&self.file, &self.path, &self.epochs, &sealed)?;
+        self.chain.set((last, n + rows.len() as u64));
+        Ok(())
+    }
+
+    /// The chain so far, as the primary records it at a clean stop.
+    pub fn chain(&self) -> GroupChain {
+        let (last, epochs) = self.chain.get();
+        GroupChain {
+            group: self.group,
+            epochs,
+            digest: digest::hex(&last),
+        }
     }
 
     /// Records a monitor sample.

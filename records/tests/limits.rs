@@ -188,7 +188,7 @@ fn exchange_run(dir: &Path, ranks: u32, bytes: u64, seconds: f64) {
         })
         .unwrap();
     }
-    p.finish(T0 + 300.0).unwrap();
+    p.finish(T0 + 300.0, &[]).unwrap();
 }
 
 #[test]
@@ -245,7 +245,7 @@ fn nan_in_an_epoch_row_names_the_file_the_row_and_the_field() {
         ..epoch(20.0, 1, 1, 0.5)
     })
     .unwrap();
-    p.finish(T0 + 30.0).unwrap();
+    p.finish(T0 + 30.0, &[]).unwrap();
     let e = read_run(tmp.path()).unwrap_err().to_string();
     assert!(
         e.contains("group-0.h5: epochs row 1, field train_loss: NaN"),
@@ -285,7 +285,7 @@ fn a_failed_trial_reads_back_and_its_completed_epochs_count() {
         ..epoch(200.0, 2000, 200, 0.7)
     })
     .unwrap();
-    p.finish(T0 + 400.0).unwrap();
+    p.finish(T0 + 400.0, &[]).unwrap();
     let run = read_run(tmp.path()).unwrap();
     assert_eq!(run.trials.len(), 3);
     assert_eq!(run.trials[1].status, TrialStatus::Failed);
@@ -317,7 +317,7 @@ fn an_unknown_trial_status_is_refused_naming_the_row_and_the_field() {
         .unwrap()
         .append_epoch(&epoch(10.0, 1, 1, 0.5))
         .unwrap();
-    p.finish(T0 + 30.0).unwrap();
+    p.finish(T0 + 30.0, &[]).unwrap();
     // The status is the row's byte 72 (after 9 fields of 8, 4 and 8 bytes).
     let path = tmp.path().join("primary.h5");
     let mut bytes = std::fs::read(&path).unwrap();

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use aiperf_records::schema::{EpochRow, TpeRow};
 use aiperf_records::score::Status;
-use aiperf_records::writer::{GroupWriter, PrimaryWriter, RunMeta};
+use aiperf_records::writer::{GroupWriter, PrimaryWriter};
 use aiperf_records::{read_run, score, RecordError};
 use common::{close, epoch, meta, missing_prerequisite, serial, write_run, T0};
 
@@ -48,16 +48,16 @@ fn golden_timeline_computed_by_hand() {
         .any(|w| w.contains("1 epoch(s) recorded after the run's end")));
     // Not ImageNet and under an hour: invalid, with both reasons.
     assert_eq!(s.verdict.status, Status::Invalid);
-    assert!(s
-        .verdict
-        .reasons
-        .iter()
-        .any(|r| r.contains("at least 3600 s")));
-    assert!(s
-        .verdict
-        .reasons
-        .iter()
-        .any(|r| r.contains("dataset fashion-mnist")));
+    let why = s.verdict.reasons.join("\n");
+    assert!(
+        why.contains("1000.0, at least 3600 [/measured/duration_s]"),
+        "{why}"
+    );
+    assert!(
+        why.contains("\"fashion-mnist\", official \"imagenet\" [/dataset/name]"),
+        "{why}"
+    );
+    assert_eq!(s.integrity.records, "intact");
 }
 
 #[test]
@@ -75,17 +75,22 @@ fn a_crashed_run_is_scored_to_its_last_epoch_with_a_warning() {
 }
 
 #[test]
-fn missing_group_scores_the_rest_and_says_so() {
+fn a_missing_group_file_makes_the_run_invalid_naming_it() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     write_run(tmp.path(), Some(1000.0));
     std::fs::remove_file(tmp.path().join("group-1.h5")).unwrap();
     let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
     assert_eq!(s.timeline.last().unwrap().ops, 6600);
-    assert!(s
-        .warnings
-        .iter()
-        .any(|w| w.contains("group-1.h5 is missing")));
+    assert_eq!(s.verdict.status, Status::Invalid);
+    assert!(
+        s.verdict
+            .reasons
+            .iter()
+            .any(|w| w.contains("group-1.h5 is missing (primary.h5 records 2 groups)")),
+        "{:?}",
+        s.verdict.reasons
+    );
 }
 
 #[test]
@@ -102,26 +107,28 @@ fn damaged_records_give_clear_errors() {
         e.contains("primary.h5") && e.contains("cannot open as HDF5"),
         "{e}"
     );
-    // Another schema version.
-    let dir = tmp.path().join("v1");
+    // A schema this build does not know, and a group file of another schema than its run.
+    let dir = tmp.path().join("v3");
     write_run(&dir, Some(1000.0));
-    {
-        let f = hdf5::File::append(dir.join("group-0.h5")).unwrap();
-        f.attr("schema_version")
-            .unwrap()
-            .write_scalar(&1u32)
-            .unwrap();
+    for (version, expected) in [
+        (3u32, "schema version 3"),
+        (1, "\"schema_version\": 1, but primary.h5 has 2"),
+    ] {
+        {
+            let f = hdf5::File::append(dir.join("group-0.h5")).unwrap();
+            f.attr("schema_version")
+                .unwrap()
+                .write_scalar(&version)
+                .unwrap();
+        }
+        let e = read_run(&dir).unwrap_err().to_string();
+        assert!(e.contains("group-0.h5") && e.contains(expected), "{e}");
     }
-    let e = read_run(&dir).unwrap_err().to_string();
-    assert!(
-        e.contains("group-0.h5") && e.contains("schema version 1"),
-        "{e}"
-    );
     // NaN accuracy.
     let dir = tmp.path().join("nan");
     PrimaryWriter::create(&dir, &meta(1))
         .unwrap()
-        .finish(T0 + 10.0)
+        .finish(T0 + 10.0, &[])
         .unwrap();
     GroupWriter::create(&dir, 0, 2)
         .unwrap()
@@ -138,7 +145,7 @@ fn damaged_records_give_clear_errors() {
     let dir = tmp.path().join("empty");
     PrimaryWriter::create(&dir, &meta(1))
         .unwrap()
-        .finish(T0 + 10.0)
+        .finish(T0 + 10.0, &[])
         .unwrap();
     GroupWriter::create(&dir, 0, 2).unwrap();
     let e = score(&read_run(&dir).unwrap(), 360.0)
@@ -163,12 +170,7 @@ fn a_truncated_file_is_an_error_naming_it() {
 fn a_valid_official_run() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
-    let m = RunMeta {
-        dataset: "imagenet".into(),
-        start_architecture: "resnet50".into(),
-        precision: "bf16".into(),
-        ..meta(1)
-    };
+    let m = common::official_meta(1);
     let p = PrimaryWriter::create(tmp.path(), &m).unwrap();
     let r50 = aiperf_ir::arch::resnet50(aiperf_ir::arch::Shape::new(3, 224, 224), 1000);
     p.append_architecture(0, &r50.to_json()).unwrap();
@@ -178,7 +180,7 @@ fn a_valid_official_run() {
     e.val_ops = u64::try_from(count.eval_epoch(e.val_images)).unwrap();
     let g = GroupWriter::create(tmp.path(), 0, 2).unwrap();
     g.append_epoch(&e).unwrap();
-    p.finish(T0 + 3700.0).unwrap();
+    p.finish(T0 + 3700.0, &[g.chain()]).unwrap();
     let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
     assert_eq!(s.verdict.status, Status::Valid, "{:?}", s.verdict.reasons);
     // One changed count, and the recount names the row (issue 12: it raised the score 440×
@@ -196,8 +198,9 @@ fn a_valid_official_run() {
         ..e
     })
     .unwrap();
+    let chain = g.chain();
     drop(g);
-    p.finish(T0 + 3700.0).unwrap();
+    p.finish(T0 + 3700.0, &[chain]).unwrap();
     let s = score(&read_run(tampered.path()).unwrap(), 360.0).unwrap();
     assert_eq!(s.verdict.status, Status::Invalid);
     let why = s.verdict.reasons.join("; ");
@@ -226,7 +229,7 @@ fn weak_scaling_table_over_runs() {
                 .append_epoch(&epoch(50.0, ops, 0, 0.5))
                 .unwrap();
         }
-        p.finish(T0 + 100.0).unwrap();
+        p.finish(T0 + 100.0, &[]).unwrap();
     }
     let out = Command::new(env!("CARGO_BIN_EXE_aiperf-score"))
         .args(["--scaling", "--interval", "60"])
@@ -260,7 +263,9 @@ fn h5dump_reads_the_files() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     write_run(tmp.path(), Some(1000.0));
+    // h5dump only reads a closed file: no lock needed (a just-released one can linger).
     let Ok(out) = Command::new("h5dump")
+        .env("HDF5_USE_FILE_LOCKING", "FALSE")
         .arg("-H")
         .arg(tmp.path().join("group-0.h5"))
         .output()
@@ -393,7 +398,12 @@ fn text_report_snapshot() {
         "{}",
         s.busy_fraction
     );
-    let text = aiperf_records::report::text(&s).replace(&tmp.path().display().to_string(), "RUN");
+    // The digest covers the run's start and every row: fixed here, checked in tests/trust.rs.
+    let digest = s.integrity.run_digest.clone().unwrap();
+    assert_eq!(digest.len(), 64);
+    let text = aiperf_records::report::text(&s)
+        .replace(&tmp.path().display().to_string(), "RUN")
+        .replace(&digest, "DIGEST");
     assert_eq!(text, SNAPSHOT);
 }
 
@@ -402,6 +412,9 @@ const SNAPSHOT: &str = "aiperf score: RUN
   score (sustained)        11.550 OPS
   regulated score          18.589 OPS
   per accelerator (  4)    2.888 OPS, regulated 4.647 OPS
+  per node (  1)           11.550 OPS, regulated 18.589 OPS
+  steady state             undefined: group(s) [0, 1] never finished their 3 warm-up trials
+  converged                no: OPS 6.016 → 11.550 OPS over the last 360 s (+47.92%, tolerance ±2%)
   duration                 1000.0 s (0.28 h)
   best accuracy            0.8000 (error 20.00%)
   trials / epochs          1 / 5
@@ -410,11 +423,19 @@ const SNAPSHOT: &str = "aiperf score: RUN
   accelerators busy        2.2% of the run (train/eval steps and exchanges, per group)
   all-reduce               5.000 kB in 5.0 s (1.000 kB/s per rank)
   exchange per epoch       1.000 kB/s median (min 1.000 kB/s, max 1.000 kB/s) per rank
-  verdict (aiperf-rules-1)   INVALID
-    - ran 1000 s, the rules require at least 3600 s (1 h)
+  records                  intact (run digest DIGEST)
+  verdict (aiperf-rules-2)   INVALID
+    - run length in seconds, at least 1 h (--duration): 1000.0, at least 3600 [/measured/duration_s]
     - model 0: recorded architecture: the graph must start with one Input node (found no nodes): the operations of its 6 epoch row(s) cannot be recomputed
-    - dataset fashion-mnist (official: imagenet)
-    - start architecture resnet20 (official: resnet50)
+    - dataset (--config, --data): \"fashion-mnist\", official \"imagenet\" [/dataset/name]
+    - training images in the pack (--data): 60000, official 1281167 [/dataset/train_images]
+    - validation images in the pack (--data): 10000, official 50000 [/dataset/val_images]
+    - classes in the pack (--data): 10, official 1000 [/dataset/classes]
+    - model input H×W×C (--config): [28,28,1], official [224,224,3] [/dataset/input]
+    - training images per epoch, the whole split (--train-images): 20000, official: not set (the whole split) [/config/preset/train/train_images]
+    - validation images per epoch, the whole split (--val-images): 10000, official: not set (the whole split) [/config/preset/train/val_images]
+    - start architecture (--start): \"resnet8\", official \"resnet50\" [/config/preset/start]
+    - epoch budget (--epochs): 8, official 60 [/config/preset/epochs]
   warning: 1 epoch(s) recorded after the run's end are not counted
   timeline (grid 360 s):
    elapsed s   error %             OPS       regulated
@@ -434,6 +455,7 @@ fn a_resumed_run_keeps_its_rows_counts_the_down_time_and_says_so() {
     // Resumed 200 s after its last record at T0 + 1100.
     {
         let p = PrimaryWriter::reopen(tmp.path(), T0 + 1100.0, T0 + 1300.0).unwrap();
+        let g0 = GroupWriter::open_or_create(tmp.path(), 0, 2).unwrap();
         let g1 = GroupWriter::open_or_create(tmp.path(), 1, 2).unwrap();
         g1.append_epoch(&epoch(1500.0, 7000, 700, 0.82)).unwrap();
         p.append_tpe(&TpeRow {
@@ -443,7 +465,8 @@ fn a_resumed_run_keeps_its_rows_counts_the_down_time_and_says_so() {
             loss: 0.3,
         })
         .unwrap();
-        p.finish(T0 + 1600.0).unwrap();
+        // The chains go on across the resumption.
+        p.finish(T0 + 1600.0, &[g0.chain(), g1.chain()]).unwrap();
     }
     let after = read_run(tmp.path()).unwrap();
     assert_eq!(after.info.resumes, vec![(T0 + 1100.0, T0 + 1300.0)]);
@@ -477,7 +500,7 @@ fn a_resumed_run_keeps_its_rows_counts_the_down_time_and_says_so() {
     // A second resumption appends to the list.
     PrimaryWriter::reopen(tmp.path(), T0 + 1600.0, T0 + 1700.0)
         .unwrap()
-        .finish(T0 + 1800.0)
+        .finish(T0 + 1800.0, &[])
         .unwrap();
     assert_eq!(read_run(tmp.path()).unwrap().info.resumes.len(), 2);
 }

@@ -77,6 +77,8 @@ pub enum ToPrimary {
     Bye {
         /// Group.
         group: u32,
+        /// Its digest chain as it closed its records (kept by the primary at a clean stop).
+        chain: aiperf_records::digest::GroupChain,
     },
 }
 
@@ -90,7 +92,7 @@ impl ToPrimary {
             | ToPrimary::Suggest { group, .. }
             | ToPrimary::Progress { group, .. }
             | ToPrimary::Result { group, .. }
-            | ToPrimary::Bye { group } => *group,
+            | ToPrimary::Bye { group, .. } => *group,
         }
     }
 }
@@ -256,7 +258,14 @@ mod tests {
                 hparams: h,
                 failed: false,
             },
-            ToPrimary::Bye { group: 3 },
+            ToPrimary::Bye {
+                group: 3,
+                chain: aiperf_records::digest::GroupChain {
+                    group: 3,
+                    epochs: 7,
+                    digest: "ab".repeat(32),
+                },
+            },
         ]
     }
 

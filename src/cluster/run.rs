@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use aiperf_records::rules::{AlgorithmId, DatasetIdentity, SearchRecord};
 use aiperf_records::writer::{PrimaryWriter, RunMeta};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
@@ -17,6 +18,7 @@ use super::resume;
 use crate::arch::Graph;
 use crate::config::RecordedConfig;
 use crate::search::Space;
+use crate::train::schedule::{epoch_budget, patience};
 use crate::train::Trainer;
 
 /// Settings and shared objects of a run, on every rank.
@@ -62,8 +64,8 @@ impl RunContext {
 
 /// What the primary records at the start of a fresh run besides the configuration.
 pub struct StartRecord {
-    /// Dataset name.
-    pub dataset: String,
+    /// The dataset, from the packs' headers (or the simulated trainer's settings).
+    pub dataset: DatasetIdentity,
     /// Arithmetic (or `simulated`).
     pub precision: String,
     /// Every rank's device.
@@ -107,10 +109,11 @@ pub fn run_primary(
             hosts: ctx.hosts.clone(),
             devices: start.devices.clone(),
             seed: ctx.seed,
-            dataset: start.dataset.clone(),
+            dataset: start.dataset.name.clone(),
             start_architecture: preset.start.clone(),
             precision: start.precision.clone(),
-            fixed_algorithms: true,
+            dataset_json: serde_json::to_string(&start.dataset).expect("plain data"),
+            search_json: serde_json::to_string(&search_record(preset)).expect("plain data"),
         };
         (PrimaryWriter::create(&ctx.results, &meta)?, None)
     };
@@ -137,7 +140,16 @@ pub fn run_primary(
         records: &ctx.results,
     };
     let outcome = primary::serve(world, &mut p, &serve_cfg)?;
-    p.into_sink().finish(outcome.end_s)?;
+    let chains = p.chains();
+    let digest = p.into_sink().finish(outcome.end_s, &chains)?;
+    log::info!(
+        "run digest {} ({} group chain(s), {} epoch rows): check the records later with `aiperf score {} --digest {}`",
+        aiperf_records::digest::hex(&digest),
+        chains.len(),
+        chains.iter().map(|c| c.epochs).sum::<u64>(),
+        ctx.results.display(),
+        aiperf_records::digest::hex(&digest)
+    );
     if outcome.stalled.is_empty() {
         return Ok(());
     }
@@ -147,6 +159,26 @@ pub fn run_primary(
         config.intervals.stall_timeout_s,
         ctx.results.display()
     )
+}
+
+/// The search as this build carries it out, from the functions it runs: the algorithms'
+/// names and versions, the warm-up budgets, the patience per round and the first TPE round.
+pub fn search_record(preset: &crate::config::Preset) -> SearchRecord {
+    let id = |(name, version): (&str, u32)| AlgorithmId {
+        name: name.into(),
+        version,
+    };
+    SearchRecord {
+        architecture_search: id(crate::search::ARCHITECTURE_SEARCH),
+        hpo: id(crate::search::HPO),
+        warmup_epochs: (1..=primary::WARMUP_ROUNDS)
+            .map(|r| epoch_budget(r, preset.epochs))
+            .collect(),
+        patience: (1..=8)
+            .map(|r| patience(r, preset.patience_scale))
+            .collect(),
+        tpe_from_round: primary::WARMUP_ROUNDS + 1,
+    }
 }
 
 /// This rank's role: the primary, a group leader or a member.

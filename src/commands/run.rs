@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use aiperf_records::rules::DatasetIdentity;
 use anyhow::{bail, Context};
 use mpi::collective::CommunicatorCollectives;
 use mpi::collective::SystemOperation;
@@ -274,15 +275,15 @@ fn read_saved(dir: &Path) -> anyhow::Result<Saved> {
     })
 }
 
-/// This rank's trainer, the start architecture and the dataset's name.
+/// This rank's trainer, the start architecture and the dataset's identity.
 fn trainer(
     world: &SimpleCommunicator,
     config: &RecordedConfig,
     place: &Placement,
     flags: &RunFlags,
-) -> anyhow::Result<(Box<dyn Trainer>, Graph, String)> {
+) -> anyhow::Result<(Box<dyn Trainer>, Graph, DatasetIdentity)> {
     let p = &config.preset;
-    let (inner, start, dataset): (Box<dyn Trainer>, Graph, String) = match config.trainer {
+    let (inner, start, dataset): (Box<dyn Trainer>, Graph, DatasetIdentity) = match config.trainer {
         TrainerKind::Simulated => {
             let input = config.sim_input().map_err(anyhow::Error::msg)?;
             let start = start_graph(&p.start, input, config.sim.classes)?;
@@ -295,7 +296,17 @@ fn trainer(
                 speedup: config.sim.speedup,
                 seed: config.seed,
             };
-            (Box::new(sim), start, "synthetic".to_string())
+            let identity = DatasetIdentity {
+                name: "synthetic".into(),
+                train_images: config.sim.train_images,
+                val_images: config.sim.val_images,
+                classes: config.sim.classes,
+                stored: [input.c, input.h, input.w],
+                input: [input.h, input.w, input.c],
+                subset: None,
+                crc32: None,
+            };
+            (Box::new(sim), start, identity)
         }
         TrainerKind::Real => real_trainer(config, place)?,
     };
@@ -327,7 +338,7 @@ fn start_graph(name: &str, input: arch::Shape, classes: u32) -> anyhow::Result<G
 fn real_trainer(
     config: &RecordedConfig,
     place: &Placement,
-) -> anyhow::Result<(Box<dyn Trainer>, Graph, String)> {
+) -> anyhow::Result<(Box<dyn Trainer>, Graph, DatasetIdentity)> {
     let p = &config.preset;
     let dir = config.data_dir();
     let train = open_split(&dir, "train")?;
@@ -365,13 +376,24 @@ fn real_trainer(
             "--precision fp16 needs a CUDA device (autocast); this rank has none: use fp32 on CPU"
         );
     }
+    let v = val.header();
+    let identity = DatasetIdentity {
+        name: h.source.dataset.clone(),
+        train_images: h.num_samples,
+        val_images: v.num_samples,
+        classes: h.num_classes,
+        stored: [h.channels, h.height, h.width],
+        input: [oh, ow, h.channels],
+        subset: h.source.subset.zip(v.source.subset).map(|(a, b)| a || b),
+        crc32: Some([h.crc32, v.crc32]),
+    };
     let real = RealTrainer {
         cfg: p.train.clone(),
         device: place.device,
         train_pack: train,
         val_pack: val,
     };
-    Ok((Box::new(real), start, h.source.dataset.clone()))
+    Ok((Box::new(real), start, identity))
 }
 
 /// Every batch size TPE may draw must make at least one global batch of the group from

@@ -24,6 +24,7 @@ fn make_pack(dir: &Path, n: usize, [c, h, w]: [u32; 3], k: u32) -> Arc<Pack> {
         dataset: "test".into(),
         inputs: vec![],
         processing: String::new(),
+        subset: Some(false),
     };
     wr.finish(names, src, 0).unwrap();
     Arc::new(Pack::open(&path).unwrap())

@@ -9,6 +9,12 @@ pub mod morphism;
 pub mod sim;
 pub mod tpe;
 
+/// The architecture search as the rules name it (`aiperf-rules-2`): network morphism guided
+/// by Bayesian optimisation. Bump the version whenever its behaviour changes.
+pub const ARCHITECTURE_SEARCH: (&str, u32) = ("network-morphism-bo", 1);
+/// The hyperparameter search as the rules name it: TPE with hyperopt's semantics.
+pub const HPO: (&str, u32) = ("tpe", 1);
+
 pub use bayes::{BayesConfig, BayesOptimizer, Observed, Proposal, SearchStats};
 pub use morphism::{random_morphism, Limits, MorphError, Morphism};
 pub use tpe::{Hparams, Space, Tpe, TpeConfig};

@@ -197,6 +197,7 @@ pub fn write_split(dir: &Path, split: &str, n: usize, seed: u64) {
         dataset: "quadrants".into(),
         inputs: vec![],
         processing: String::new(),
+        subset: Some(false),
     };
     w.finish(names, src, 0).unwrap();
 }

@@ -49,6 +49,11 @@ pub struct Source {
     pub inputs: Vec<String>,
     /// Processing applied (e.g. "resize shorter side to 256, centre crop 256x256").
     pub processing: String,
+    /// Whether only part of the source was kept (`--limit-per-class`); `None` in packs
+    /// written before this was recorded. The scoring rules read it: a subset is not the
+    /// official dataset.
+    #[serde(default)]
+    pub subset: Option<bool>,
 }
 
 /// The JSON header of a packed file.

@@ -289,6 +289,7 @@ mod tests {
             dataset: "test".into(),
             inputs: vec![],
             processing: String::new(),
+            subset: Some(false),
         }
     }
 

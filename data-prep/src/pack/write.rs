@@ -319,6 +319,7 @@ mod tests {
             dataset: "test".into(),
             inputs: vec![],
             processing: String::new(),
+            subset: Some(false),
         }
     }
 

@@ -38,7 +38,7 @@ pub fn meta(groups: u32) -> RunMeta {
     let world = 1 + 2 * groups;
     RunMeta {
         program_version: "test".into(),
-        config_json: "{\"preset\":\"test\"}".into(),
+        config_json: SMALL_CONFIG.into(),
         start_time_s: T0,
         world_size: world,
         groups,
@@ -51,7 +51,32 @@ pub fn meta(groups: u32) -> RunMeta {
         dataset: "fashion-mnist".into(),
         start_architecture: "resnet20".into(),
         precision: "fp32".into(),
-        fixed_algorithms: true,
+        dataset_json: FASHION_MNIST.into(),
+        search_json: OFFICIAL_SEARCH.into(),
+    }
+}
+
+/// The recorded configuration keys the rules read, of a small run (`make run`'s preset with
+/// the official grid step).
+pub const SMALL_CONFIG: &str = r#"{"trainer":"real","preset":{"name":"fashion-mnist","start":"resnet8","epochs":8,"kernel_sizes":[3,5,7],"score_interval_s":360.0,"train":{"precision":"fp32","train_images":20000,"val_images":10000}}}"#;
+/// A Fashion-MNIST pack's identity, as `aiperf run` records it.
+pub const FASHION_MNIST: &str = r#"{"name":"fashion-mnist","train_images":60000,"val_images":10000,"classes":10,"stored":[1,28,28],"input":[28,28,1],"subset":false,"crc32":[1,2]}"#;
+/// ImageNet's identity, whole.
+pub const IMAGENET: &str = r#"{"name":"imagenet","train_images":1281167,"val_images":50000,"classes":1000,"stored":[3,256,256],"input":[224,224,3],"subset":false,"crc32":[3,4]}"#;
+/// The search record of this build with the official 60-epoch budget.
+pub const OFFICIAL_SEARCH: &str = r#"{"architecture_search":{"name":"network-morphism-bo","version":1},"hpo":{"name":"tpe","version":1},"warmup_epochs":[15,30,45],"patience":[8,10,12,14,16,18,20,20],"tpe_from_round":4}"#;
+/// The recorded configuration keys the rules read, official (`aiperf run --config imagenet`).
+pub const OFFICIAL_CONFIG: &str = r#"{"trainer":"real","preset":{"name":"imagenet","start":"resnet50","epochs":60,"kernel_sizes":[3,5,7],"score_interval_s":360.0,"train":{"precision":"bf16","train_images":null,"val_images":null}}}"#;
+
+/// An official run's attributes (ImageNet, ResNet-50, bf16, real trainer).
+pub fn official_meta(groups: u32) -> RunMeta {
+    RunMeta {
+        dataset: "imagenet".into(),
+        start_architecture: "resnet50".into(),
+        precision: "bf16".into(),
+        config_json: OFFICIAL_CONFIG.into(),
+        dataset_json: IMAGENET.into(),
+        ..meta(groups)
     }
 }
 
@@ -75,6 +100,7 @@ pub fn epoch(t: f64, train_ops: u64, val_ops: u64, acc: f64) -> EpochRow {
         allreduce_s: 1.0,
         allreduce_bytes: 1000,
         data_wait_s: 1.0,
+        digest: [0; 32],
     }
 }
 
@@ -133,7 +159,7 @@ pub fn write_run(dir: &Path, end: Option<f64>) {
         g1.append_epoch(&e).unwrap();
     }
     if let Some(end) = end {
-        p.finish(T0 + end).unwrap();
+        p.finish(T0 + end, &[g0.chain(), g1.chain()]).unwrap();
     }
 }
 

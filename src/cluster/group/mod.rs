@@ -197,8 +197,9 @@ pub fn leader<C: Communicator>(
     side.flush_monitor()?;
     drop(monitor);
     // Close the records before saying goodbye: rank 0 reads them once every group has.
+    let chain = writer.chain();
     drop(writer);
-    tell(world, &ToPrimary::Bye { group });
+    tell(world, &ToPrimary::Bye { group, chain });
     Ok(())
 }
 

@@ -228,6 +228,8 @@ fn record_epoch<C: Communicator>(
         allreduce_s: e.allreduce_s,
         allreduce_bytes: e.allreduce_bytes,
         data_wait_s: e.data_wait_s,
+        // Sealed into the group's chain by the writer.
+        digest: [0; 32],
     };
     l.writer.append_epoch(&row)?;
     l.flush_monitor()?;

@@ -11,6 +11,7 @@ mod tests;
 
 use std::collections::{HashMap, HashSet};
 
+use aiperf_records::digest::GroupChain;
 use aiperf_records::schema::{TpeRow, TrialRow, TrialStatus};
 use aiperf_records::writer::PrimaryWriter;
 use aiperf_records::RecordError;
@@ -148,6 +149,7 @@ struct GroupState {
     synced: usize,
     round: u32,
     bye: bool,
+    chain: Option<GroupChain>,
 }
 
 #[derive(Clone, Debug)]
@@ -245,6 +247,12 @@ impl<S: RecordSink> Primary<S> {
         (self.history.len(), self.registered.len())
     }
 
+    /// The digest chains of the groups that said goodbye, in group order (recorded at a
+    /// clean stop).
+    pub fn chains(&self) -> Vec<GroupChain> {
+        self.groups.iter().filter_map(|g| g.chain.clone()).collect()
+    }
+
     /// The record sink (to close it).
     pub fn into_sink(self) -> S {
         self.sink
@@ -325,8 +333,11 @@ impl<S: RecordSink> Primary<S> {
                     ToGroup::History(self.delta(group))
                 })
             }
-            ToPrimary::Bye { .. } => {
-                self.groups[group as usize].bye = true;
+            ToPrimary::Bye { chain, .. } => {
+                let g = &mut self.groups[group as usize];
+                g.bye = true;
+                // The sender's group, whatever the message says (DESIGN.md §2).
+                g.chain = Some(GroupChain { group, ..chain });
                 None
             }
         })

@@ -172,9 +172,7 @@ fn regression_state_is_indexed_by_the_sender_not_the_message() {
         ),
         "{e}"
     );
-    let e = p
-        .handle(2, ToPrimary::Bye { group: 0 }, 1.0, false)
-        .unwrap_err();
+    let e = p.handle(2, bye(0, 0), 1.0, false).unwrap_err();
     assert!(matches!(e, PrimaryError::NotALeader { rank: 2 }), "{e}");
     // A result for a model another group registered.
     register(&mut p, 1, 0, "resnet8");
@@ -292,4 +290,32 @@ fn a_restored_primary_goes_on_from_the_recorded_rounds_ids_and_totals() {
     assert_eq!(p.totals().epochs, 4);
     // Regression: the status line's "running" counts this session's trials only.
     assert_eq!(p.trial_counts(), (0, 1));
+}
+
+fn bye(group: u32, epochs: u64) -> ToPrimary {
+    ToPrimary::Bye {
+        group,
+        chain: aiperf_records::digest::GroupChain {
+            group,
+            epochs,
+            digest: format!("{epochs:064x}"),
+        },
+    }
+}
+
+#[test]
+fn the_chains_of_the_groups_that_said_goodbye_are_kept_in_group_order() {
+    let mut p = primary();
+    assert!(p.chains().is_empty());
+    p.handle(3, bye(1, 4), 1.0, false).unwrap();
+    p.handle(1, bye(0, 9), 2.0, false).unwrap();
+    let chains = p.chains();
+    assert_eq!(
+        chains
+            .iter()
+            .map(|c| (c.group, c.epochs))
+            .collect::<Vec<_>>(),
+        vec![(0, 9), (1, 4)]
+    );
+    assert_eq!(chains[1].digest, format!("{:064x}", 4));
 }
