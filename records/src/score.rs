@@ -330,7 +330,7 @@ pub fn score_with_digest(
     let (timeline, floored) = timeline(t0, &grid, &epochs);
     if floored {
         warnings.push(format!(
-            "a validation accuracy of 1 makes −ln(error) infinite: error taken as {ERROR_FLOOR}"
+            "a validation accuracy of 1 makes −ln(error) infinite: error taken as {ERROR_FLOOR:e}"
         ));
     }
     let counted: Vec<&EpochRow> = epochs

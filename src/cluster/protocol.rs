@@ -9,7 +9,7 @@ use crate::arch::Graph;
 use crate::search::Hparams;
 
 /// Version of these messages; both ends must agree.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 /// Default largest message accepted (a history delta of many ResNet-50-sized graphs fits).
 pub const DEFAULT_LIMIT_BYTES: usize = 64 << 20;
 
@@ -175,6 +175,17 @@ fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
+/// The decoding configuration: a claimed length (of a string, a list) beyond
+/// [`DEFAULT_LIMIT_BYTES`] is an error before anything is allocated — without the limit,
+/// bincode allocates the length a damaged message claims and the rank aborts.
+fn decode_config() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<DEFAULT_LIMIT_BYTES>,
+> {
+    config().with_limit::<DEFAULT_LIMIT_BYTES>()
+}
+
 /// Encodes a message in its envelope.
 pub fn encode<T: Serialize>(body: &T) -> Vec<u8> {
     bincode::serde::encode_to_vec(
@@ -196,7 +207,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], limit: usize) -> Result<T, Prot
         });
     }
     // The version comes first, so it can be checked before the body is interpreted.
-    let (version, _): (u16, usize) = bincode::serde::decode_from_slice(bytes, config())
+    let (version, _): (u16, usize) = bincode::serde::decode_from_slice(bytes, decode_config())
         .map_err(|e| ProtocolError::Decode(e.to_string()))?;
     if version != PROTOCOL_VERSION {
         return Err(ProtocolError::Version {
@@ -204,8 +215,9 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], limit: usize) -> Result<T, Prot
             expected: PROTOCOL_VERSION,
         });
     }
-    let (env, used): (Envelope<T>, usize) = bincode::serde::decode_from_slice(bytes, config())
-        .map_err(|e| ProtocolError::Decode(e.to_string()))?;
+    let (env, used): (Envelope<T>, usize) =
+        bincode::serde::decode_from_slice(bytes, decode_config())
+            .map_err(|e| ProtocolError::Decode(e.to_string()))?;
     if used != bytes.len() {
         return Err(ProtocolError::Decode(format!(
             "{} trailing bytes",

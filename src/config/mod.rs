@@ -331,4 +331,6 @@ impl RecordedConfig {
 }
 
 #[cfg(test)]
+mod rules_tests;
+#[cfg(test)]
 mod tests;

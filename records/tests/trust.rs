@@ -1,0 +1,436 @@
+//! What a reviewer relies on (issue 12): altered rows are found by the digest chains and
+//! the recount, named by row; a digest copied from the job log is checked; missing fields
+//! and files are errors or INVALID naming them; schema 1 reads as unverifiable; and the
+//! edge cases of DESIGN.md §5.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use aiperf_records::schema::{EpochRow, MonitorRow, TrialStatus};
+use aiperf_records::score::Status;
+use aiperf_records::writer::{GroupWriter, PrimaryWriter};
+use aiperf_records::{read_run, score};
+use common::{epoch, meta, official_meta, serial, trial, write_run, T0};
+
+/// An official one-group run of ResNet-50 epochs with their true op counts, stopped
+/// cleanly at 3700 s.
+fn official_run(dir: &Path, epochs: u32) {
+    let p = PrimaryWriter::create(dir, &official_meta(1)).unwrap();
+    let r50 = aiperf_ir::arch::resnet50(aiperf_ir::arch::Shape::new(3, 224, 224), 1000);
+    p.append_architecture(0, &r50.to_json()).unwrap();
+    let count = aiperf_ir::ops::OpCount::of(&r50).unwrap();
+    let g = GroupWriter::create(dir, 0, 2).unwrap();
+    for k in 0..epochs {
+        let mut e = epoch(1000.0 + 100.0 * f64::from(k), 0, 0, 0.75);
+        e.epoch = k + 1;
+        e.train_ops = u64::try_from(count.train_epoch(e.train_images, e.steps)).unwrap();
+        e.val_ops = u64::try_from(count.eval_epoch(e.val_images)).unwrap();
+        g.append_epoch(&e).unwrap();
+    }
+    let chain = g.chain();
+    drop(g);
+    p.finish(T0 + 3700.0, &[chain]).unwrap();
+}
+
+/// Rewrites the epochs of `group-0.h5` through HDF5, as an editor would.
+fn edit_epochs(dir: &Path, edit: impl FnOnce(&mut Vec<EpochRow>)) {
+    let f = hdf5::File::open_rw(dir.join("group-0.h5")).unwrap();
+    let ds = f.dataset("epochs").unwrap();
+    let mut rows: Vec<EpochRow> = ds.read_raw().unwrap();
+    edit(&mut rows);
+    ds.resize(rows.len()).unwrap();
+    ds.write_raw(&rows).unwrap();
+}
+
+fn reasons(dir: &Path) -> (Status, String, &'static str) {
+    let s = score(&read_run(dir).unwrap(), 360.0).unwrap();
+    (
+        s.verdict.status,
+        s.verdict.reasons.join("\n"),
+        s.integrity.records,
+    )
+}
+
+fn aiperf_score(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_aiperf-score"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text.into_owned())
+}
+
+#[test]
+fn an_official_run_is_valid_and_its_records_intact() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    official_run(tmp.path(), 3);
+    let (status, why, records) = reasons(tmp.path());
+    assert_eq!((status, records), (Status::Valid, "intact"), "{why}");
+}
+
+#[test]
+fn one_changed_op_count_is_found_by_the_chain_and_the_recount_naming_the_row() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    official_run(tmp.path(), 3);
+    edit_epochs(tmp.path(), |rows| rows[1].train_ops *= 440);
+    let (status, why, records) = reasons(tmp.path());
+    assert_eq!((status, records), (Status::Invalid, "altered"));
+    assert!(
+        why.contains("group-0.h5 epochs row 1: its digest does not follow"),
+        "{why}"
+    );
+    assert!(
+        why.contains("group-0.h5 epochs row 1 (model 0, epoch 2): train_ops"),
+        "{why}"
+    );
+    // The count restored and an accuracy raised instead: the chain breaks at that row.
+    edit_epochs(tmp.path(), |rows| {
+        rows[1].train_ops /= 440;
+        rows[0].val_accuracy = 0.99;
+    });
+    let (_, why, _) = reasons(tmp.path());
+    assert!(why.contains("epochs row 0: its digest"), "{why}");
+}
+
+#[test]
+fn removed_or_resealed_rows_disagree_with_the_digests_primary_h5_recorded() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    official_run(tmp.path(), 3);
+    // The last row dropped: the chain in the file is whole, but shorter than recorded.
+    edit_epochs(tmp.path(), |rows| {
+        rows.pop();
+    });
+    let (status, why, _) = reasons(tmp.path());
+    assert_eq!(status, Status::Invalid);
+    assert!(
+        why.contains("group-0.h5: 2 epoch rows") && why.contains("recorded 3"),
+        "{why}"
+    );
+    // A row altered and the whole chain resealed with the public algorithm: the last digest
+    // no longer matches the one primary.h5 recorded.
+    let other = tempfile::tempdir().unwrap();
+    official_run(other.path(), 3);
+    edit_epochs(other.path(), |rows| {
+        rows[2].val_accuracy = 0.9;
+        aiperf_records::digest::seal(aiperf_records::digest::chain_seed(0), rows);
+    });
+    let (status, why, _) = reasons(other.path());
+    assert_eq!(status, Status::Invalid);
+    assert!(
+        why.contains("rows were removed, added or replaced"),
+        "{why}"
+    );
+}
+
+#[test]
+fn an_edited_configuration_breaks_the_run_digest() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    official_run(tmp.path(), 2);
+    let f = hdf5::File::open_rw(tmp.path().join("primary.h5")).unwrap();
+    f.delete_attr("config").unwrap();
+    let edited = common::OFFICIAL_CONFIG.replace("\"bf16\"", "\"fp32\"");
+    let text: hdf5::types::VarLenUnicode = edited.parse().unwrap();
+    f.new_attr::<hdf5::types::VarLenUnicode>()
+        .create("config")
+        .unwrap()
+        .write_scalar(&text)
+        .unwrap();
+    drop(f);
+    let (status, why, records) = reasons(tmp.path());
+    assert_eq!((status, records), (Status::Invalid, "altered"));
+    assert!(
+        why.contains("primary.h5: its run digest does not match"),
+        "{why}"
+    );
+}
+
+#[test]
+fn the_digest_from_the_job_log_is_checked() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    official_run(tmp.path(), 2);
+    let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
+    let digest = s.integrity.run_digest.unwrap();
+    let dir = tmp.path().as_os_str();
+    let (ok, text) = aiperf_score(&[dir, "--digest".as_ref(), digest.as_ref()]);
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("intact (run digest") && text.contains("matches --digest"),
+        "{text}"
+    );
+    assert!(
+        text.contains("VALID") && !text.contains("INVALID"),
+        "{text}"
+    );
+    let wrong = "0".repeat(64);
+    let (ok, text) = aiperf_score(&[dir, "--digest".as_ref(), wrong.as_ref()]);
+    assert!(ok, "scored, with the verdict saying why: {text}");
+    assert!(
+        text.contains("INVALID") && text.contains("not the one given with --digest"),
+        "{text}"
+    );
+    let (ok, text) = aiperf_score(&[dir, "--digest".as_ref(), "abc".as_ref()]);
+    assert!(
+        !ok && text.contains("--digest") && text.contains("64 hex digits"),
+        "{text}"
+    );
+    let (ok, text) = aiperf_score(&[dir, dir, "--digest".as_ref(), digest.as_ref()]);
+    assert!(!ok && text.contains("one run folder"), "{text}");
+}
+
+/// An epoch row without `train_ops`: a file from another producer.
+#[derive(hdf5::H5Type, Clone, Copy)]
+#[repr(C)]
+struct NoTrainOps {
+    time_s: f64,
+    trial: u64,
+    model_id: u64,
+    epoch: u32,
+    train_images: u64,
+    steps: u64,
+    val_images: u64,
+    val_ops: u64,
+    train_loss: f64,
+    val_loss: f64,
+    val_accuracy: f64,
+    compute_s: f64,
+    allreduce_s: f64,
+    allreduce_bytes: u64,
+    data_wait_s: f64,
+    digest: [u8; 32],
+}
+
+/// A group file written by hand: its attributes, `epochs` of type `T`, no monitor rows.
+fn hand_written_group<T: hdf5::H5Type>(dir: &Path, version: u32, rows: &[T]) {
+    let f = hdf5::File::create(dir.join("group-0.h5")).unwrap();
+    for (name, v) in [
+        ("schema_version", version),
+        ("group", 0),
+        ("accelerators", 2),
+    ] {
+        f.new_attr::<u32>()
+            .create(name)
+            .unwrap()
+            .write_scalar(&v)
+            .unwrap();
+    }
+    f.new_dataset_builder()
+        .with_data(rows)
+        .create("epochs")
+        .unwrap();
+    f.new_dataset_builder()
+        .with_data(&[] as &[MonitorRow])
+        .create("monitor")
+        .unwrap();
+}
+
+#[test]
+fn a_missing_field_is_an_error_naming_the_file_and_the_field() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    PrimaryWriter::create(tmp.path(), &meta(1))
+        .unwrap()
+        .finish(T0 + 10.0, &[])
+        .unwrap();
+    let row = NoTrainOps {
+        time_s: T0 + 5.0,
+        trial: 0,
+        model_id: 0,
+        epoch: 1,
+        train_images: 1,
+        steps: 1,
+        val_images: 1,
+        val_ops: 1,
+        train_loss: 1.0,
+        val_loss: 1.0,
+        val_accuracy: 0.5,
+        compute_s: 1.0,
+        allreduce_s: 0.0,
+        allreduce_bytes: 0,
+        data_wait_s: 0.0,
+        digest: [0; 32],
+    };
+    hand_written_group(tmp.path(), 2, &[row]);
+    let e = read_run(tmp.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("group-0.h5")
+            && e.contains("\"epochs\"")
+            && e.contains("lacks the field(s) train_ops"),
+        "{e}"
+    );
+    // A required attribute of primary.h5.
+    let f = hdf5::File::open_rw(tmp.path().join("primary.h5")).unwrap();
+    f.delete_attr("dataset_identity").unwrap();
+    drop(f);
+    let e = read_run(tmp.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("primary.h5") && e.contains("dataset_identity"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_group_file_beyond_the_recorded_groups_is_invalid_naming_it() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    write_run(tmp.path(), Some(1000.0));
+    std::fs::copy(tmp.path().join("group-1.h5"), tmp.path().join("group-2.h5")).unwrap();
+    let (status, why, _) = reasons(tmp.path());
+    assert_eq!(status, Status::Invalid);
+    assert!(
+        why.contains("group-2.h5 is present, but primary.h5 records 2 groups"),
+        "{why}"
+    );
+}
+
+/// A schema 1 epoch row (no steps, no digest).
+#[derive(hdf5::H5Type, Clone, Copy)]
+#[repr(C)]
+struct V1Row {
+    time_s: f64,
+    trial: u64,
+    model_id: u64,
+    epoch: u32,
+    train_images: u64,
+    val_images: u64,
+    train_ops: u64,
+    val_ops: u64,
+    train_loss: f64,
+    val_loss: f64,
+    val_accuracy: f64,
+    compute_s: f64,
+    allreduce_s: f64,
+    allreduce_bytes: u64,
+    data_wait_s: f64,
+}
+
+#[test]
+fn schema_1_records_are_scored_but_reported_as_unverifiable() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let p = PrimaryWriter::create(tmp.path(), &meta(1)).unwrap();
+    p.finish(T0 + 1000.0, &[]).unwrap();
+    let f = hdf5::File::open_rw(tmp.path().join("primary.h5")).unwrap();
+    f.attr("schema_version")
+        .unwrap()
+        .write_scalar(&1u32)
+        .unwrap();
+    for name in ["dataset_identity", "search", "group_digests", "run_digest"] {
+        f.delete_attr(name).unwrap();
+    }
+    drop(f);
+    let row = |t: f64, ops: u64, acc: f64| V1Row {
+        time_s: T0 + t,
+        trial: 0,
+        model_id: 0,
+        epoch: 1,
+        train_images: 100,
+        val_images: 10,
+        train_ops: ops,
+        val_ops: 0,
+        train_loss: 1.0,
+        val_loss: 1.0,
+        val_accuracy: acc,
+        compute_s: 1.0,
+        allreduce_s: 0.0,
+        allreduce_bytes: 0,
+        data_wait_s: 0.0,
+    };
+    hand_written_group(
+        tmp.path(),
+        1,
+        &[row(100.0, 4000, 0.5), row(500.0, 6000, 0.6)],
+    );
+    let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
+    assert_eq!(s.ops_per_s, 10.0);
+    assert_eq!(s.integrity.records, "unverifiable");
+    assert_eq!(s.verdict.status, Status::Invalid);
+    let why = s.verdict.reasons.join("\n");
+    assert!(why.contains("schema 1 records carry no digests"), "{why}");
+    let text = aiperf_records::report::text(&s);
+    assert!(text.contains("unverifiable (schema 1"), "{text}");
+}
+
+#[test]
+fn edge_cases_of_the_score() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    // Accuracy 1, a grid point equal to the end (720 = 2 × 360), an epoch before t0, no
+    // epoch by the first grid point.
+    let p = PrimaryWriter::create(tmp.path(), &meta(1)).unwrap();
+    let g = GroupWriter::create(tmp.path(), 0, 2).unwrap();
+    g.append_epoch(&epoch(-5.0, 10, 0, 0.2)).unwrap();
+    g.append_epoch(&epoch(500.0, 710, 0, 1.0)).unwrap();
+    let chain = g.chain();
+    drop(g);
+    p.finish(T0 + 720.0, &[chain]).unwrap();
+    let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
+    let grid: Vec<f64> = s.timeline.iter().map(|p| p.elapsed_s).collect();
+    assert_eq!(grid, vec![360.0, 720.0], "the end is not repeated");
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("before the run's start")),
+        "{:?}",
+        s.warnings
+    );
+    assert!(
+        s.warnings.iter().any(|w| w.contains("error taken as 1e-9")),
+        "{:?}",
+        s.warnings
+    );
+    assert_eq!(s.timeline[1].error, 0.0);
+    assert!(
+        (s.regulated - 1.0 * -(1e-9f64).ln()).abs() < 1e-9,
+        "{}",
+        s.regulated
+    );
+}
+
+#[test]
+fn the_default_grid_step_is_the_recorded_presets() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let m = aiperf_records::writer::RunMeta {
+        config_json: common::SMALL_CONFIG
+            .replace("\"score_interval_s\":360.0", "\"score_interval_s\":250.0"),
+        ..meta(1)
+    };
+    let p = PrimaryWriter::create(tmp.path(), &m).unwrap();
+    let g = GroupWriter::create(tmp.path(), 0, 2).unwrap();
+    g.append_epoch(&epoch(600.0, 10, 0, 0.5)).unwrap();
+    p.append_trial(&trial()).unwrap();
+    let chain = g.chain();
+    drop(g);
+    p.finish(T0 + 1000.0, &[chain]).unwrap();
+    let (ok, text) = aiperf_score(&[tmp.path().as_os_str(), "--json".as_ref()]);
+    assert!(ok, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v[0]["interval_s"], 250.0);
+    let grid: Vec<f64> = v[0]["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["elapsed_s"].as_f64().unwrap())
+        .collect();
+    assert_eq!(grid, vec![250.0, 500.0, 750.0, 1000.0]);
+    // The stability figures and per-node score are in the JSON too.
+    assert_eq!(v[0]["nodes"], 1);
+    assert!(v[0]["stability"]["window_s"].as_f64().unwrap() == 360.0);
+    assert_eq!(trial().status, TrialStatus::Finished);
+    let (ok, text) = aiperf_score(&[
+        tmp.path().as_os_str(),
+        "--interval".as_ref(),
+        "500".as_ref(),
+        "--json".as_ref(),
+    ]);
+    assert!(ok, "{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v[0]["interval_s"], 500.0);
+}
