@@ -39,13 +39,11 @@ fn run(np: usize, extra: &[&str], dir: &Path) -> String {
             .arg(dir)
             .args(extra),
     );
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "np={np}: {stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+    // The report (stdout) and the log (stderr, where rank 0 names the run digest).
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "np={np}: {text}");
+    text
 }
 
 /// Checks a run's records; returns (groups, epochs).
@@ -103,6 +101,17 @@ fn check_records(dir: &Path, ranks_per_group: u64) -> (usize, usize) {
     assert_eq!(unique.len(), ids.len(), "a model was reported twice");
     let s = score(&run, 1.0).unwrap();
     assert!(s.ops_per_s > 0.0 && s.best_accuracy > 0.1);
+    // Every group's chain is whole and ends where the group said it did at its goodbye.
+    assert_eq!(s.integrity.records, "intact", "{:?}", s.integrity);
+    let chains = run
+        .info
+        .group_chains
+        .as_ref()
+        .expect("a clean stop records the chains");
+    assert_eq!(chains.len(), run.groups.len());
+    for (c, g) in chains.iter().zip(&run.groups) {
+        assert_eq!((c.group, c.epochs), (g.group, g.epochs.len() as u64));
+    }
     (run.groups.len(), epochs)
 }
 
@@ -114,6 +123,19 @@ fn three_ranks_one_group_of_two() {
     let (groups, epochs) = check_records(&tmp.path().join("r"), 2);
     assert_eq!(groups, 1);
     assert!(epochs > 5, "{epochs} epochs");
+    // Rank 0's closing log names the run digest; the reviewer's scorer checks it.
+    let digest = out
+        .split("run digest ")
+        .nth(1)
+        .and_then(|rest| rest.get(..64))
+        .unwrap_or_else(|| panic!("no run digest in the log: {out}"));
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_aiperf"))
+        .args(["score", "--digest", digest])
+        .arg(tmp.path().join("r"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&checked.stdout);
+    assert!(text.contains("matches --digest"), "{text}");
 }
 
 #[test]

@@ -107,8 +107,17 @@ fn check_records(dir: &Path, ranks: u64, train: u64, val: u64) -> usize {
             epochs += 1;
         }
     }
+    // The dataset identity comes from the packs' headers.
+    let id: aiperf_records::rules::DatasetIdentity =
+        serde_json::from_str(&run.info.dataset_json).unwrap();
+    assert_eq!(
+        (id.name.as_str(), id.train_images, id.val_images, id.classes),
+        ("quadrants", 384, 96, 4)
+    );
+    assert_eq!((id.stored, id.input, id.subset), ([1, 8, 8], [8, 8, 1], Some(false)));
     let s = score(&run, 2.0).unwrap();
     assert!(s.ops_per_s > 0.0);
+    assert_eq!(s.integrity.records, "intact");
     // Epochs cut by the deadline are abandoned, not recorded late.
     assert!(s.warnings.is_empty(), "{:?}", s.warnings);
     assert!(
