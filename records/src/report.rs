@@ -194,10 +194,16 @@ pub fn records_line(s: &Score) -> String {
         "intact" => format!("intact (run digest {digest}{given})"),
         "incomplete" => "chains intact, no run digest (the run did not stop cleanly)".into(),
         "unverifiable" => "unverifiable (schema 1: no digests)".into(),
-        other => format!(
-            "{} (see the verdict; run digest {digest}{given})",
-            other.to_uppercase()
-        ),
+        other => {
+            let given = match i.digest_matches {
+                Some(true) => {
+                    "; primary.h5's run digest matches --digest, the rows do not follow it"
+                }
+                Some(false) => "; primary.h5's run digest does NOT match --digest",
+                None => "",
+            };
+            format!("{} (see the verdict{given})", other.to_uppercase())
+        }
     }
 }
 

@@ -283,6 +283,24 @@ fn clock_warnings(epochs: &[&EpochRow], t0: f64, t_end: f64) -> Vec<String> {
     warnings
 }
 
+/// Each group whose epoch rows go back in time (rows are appended as epochs complete, so
+/// the clock jumped back): the first such row. The score counts rows in time order.
+fn backwards(run: &Run) -> Vec<String> {
+    run.groups
+        .iter()
+        .filter_map(|g| {
+            let row = g.epochs.windows(2).position(|w| w[1].time_s < w[0].time_s)? + 1;
+            Some(format!(
+                "{} epochs row {row} completed at {} before row {} ({}): the clock went backwards; rows are counted in time order",
+                crate::schema::group_file(g.group),
+                g.epochs[row].time_s,
+                row - 1,
+                g.epochs[row - 1].time_s
+            ))
+        })
+        .collect()
+}
+
 /// Scores `run` with grid step `interval_s` (DESIGN.md §5), verifying its digests.
 pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
     score_with_digest(run, interval_s, None)
@@ -322,6 +340,7 @@ pub fn score_with_digest(
     let (t0, t_end, epochs) = span(run)?;
     let mut warnings = run.warnings.clone();
     warnings.extend(clock_warnings(&epochs, t0, t_end));
+    warnings.extend(backwards(run));
     let duration_s = t_end - t0;
     let grid = grid(duration_s, interval_s).map_err(|problem| RecordError::BadInterval {
         run: run.dir.clone(),

@@ -366,7 +366,9 @@ fn edge_cases_of_the_score() {
     let p = PrimaryWriter::create(tmp.path(), &meta(1)).unwrap();
     let g = GroupWriter::create(tmp.path(), 0, 2).unwrap();
     g.append_epoch(&epoch(-5.0, 10, 0, 0.2)).unwrap();
-    g.append_epoch(&epoch(500.0, 710, 0, 1.0)).unwrap();
+    g.append_epoch(&epoch(500.0, 700, 0, 1.0)).unwrap();
+    // Written after the row before it, completed before it: a clock that jumped back.
+    g.append_epoch(&epoch(400.0, 10, 0, 0.3)).unwrap();
     let chain = g.chain();
     drop(g);
     p.finish(T0 + 720.0, &[chain]).unwrap();
