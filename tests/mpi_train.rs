@@ -114,7 +114,10 @@ fn check_records(dir: &Path, ranks: u64, train: u64, val: u64) -> usize {
         (id.name.as_str(), id.train_images, id.val_images, id.classes),
         ("quadrants", 384, 96, 4)
     );
-    assert_eq!((id.stored, id.input, id.subset), ([1, 8, 8], [8, 8, 1], Some(false)));
+    assert_eq!(
+        (id.stored, id.input, id.subset),
+        ([1, 8, 8], [8, 8, 1], Some(false))
+    );
     let s = score(&run, 2.0).unwrap();
     assert!(s.ops_per_s > 0.0);
     assert_eq!(s.integrity.records, "intact");
