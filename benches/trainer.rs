@@ -88,6 +88,7 @@ fn main() -> anyhow::Result<()> {
         loader_workers: 2,
         prefetch: 2,
         precision: Precision::Fp32,
+        exchange: aiperf::train::exchange::ExchangeConfig::default(),
     };
     let spec = TrialSpec {
         graph: graph.clone(),

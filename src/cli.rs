@@ -63,6 +63,12 @@ pub struct DpCheckArgs {
     /// Batch norm on running statistics: the update must then equal one process's.
     #[arg(long)]
     pub frozen_bn: bool,
+    /// The exchange checked: allreduce or reduce-bcast.
+    #[arg(long, value_enum, default_value = "allreduce")]
+    pub exchange: crate::train::exchange::ExchangeMethod,
+    /// Bytes per exchange bucket (small values check the pipelined path).
+    #[arg(long, default_value_t = crate::train::exchange::DEFAULT_BUCKET_BYTES)]
+    pub bucket_bytes: u64,
 }
 
 /// `aiperf comm-bench`'s flags.
@@ -86,6 +92,9 @@ pub struct CommBenchArgs {
     /// One JSON object per row instead of tables.
     #[arg(long)]
     pub json: bool,
+    /// Bytes per bucket of the `exchange` method (the training's `--bucket-bytes`).
+    #[arg(long, default_value_t = crate::train::exchange::DEFAULT_BUCKET_BYTES)]
+    pub bucket_bytes: u64,
 }
 
 /// `aiperf search-sim`'s flags.
@@ -170,12 +179,23 @@ fn range<T: PartialOrd + std::fmt::Display>(flag: &str, v: T, lo: T, hi: T) -> a
 pub const MAX_COMM_BYTES: u64 = 1 << 30;
 
 impl CommBenchArgs {
+    /// The exchange the `exchange` method times.
+    pub fn exchange_config(&self) -> crate::train::exchange::ExchangeConfig {
+        use crate::train::exchange::{ExchangeConfig, DEFAULT_FIRST_BUCKET_BYTES};
+        ExchangeConfig {
+            bucket_bytes: self.bucket_bytes,
+            first_bucket_bytes: self.bucket_bytes.min(DEFAULT_FIRST_BUCKET_BYTES),
+            ..ExchangeConfig::default()
+        }
+    }
+
     /// Checks every flag's range.
     pub fn validate(&self) -> anyhow::Result<()> {
         range("--max-bytes", self.max_bytes, 1, MAX_COMM_BYTES)?;
         range("--min-bytes", self.min_bytes, 1, self.max_bytes)?;
         range("--iters", self.iters, 1, 1_000_000)?;
         range("--warmup", self.warmup, 0, 1_000_000)?;
+        range("--bucket-bytes", self.bucket_bytes, 4, 1 << 34)?;
         if let Some(g) = self.group_size {
             range("--group-size", g, 1, 1 << 20)?;
         }
@@ -207,7 +227,8 @@ impl DataCheckArgs {
 impl DpCheckArgs {
     /// Checks every flag's range.
     pub fn validate(&self) -> anyhow::Result<()> {
-        range("--steps", self.steps, 1, 100_000)
+        range("--steps", self.steps, 1, 100_000)?;
+        range("--bucket-bytes", self.bucket_bytes, 4, 1 << 34)
     }
 }
 

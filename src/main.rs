@@ -15,9 +15,7 @@ fn main() -> ExitCode {
         Command::Ops(a) => a.validate().and_then(|()| commands::ops(a)),
         Command::SearchSim(a) => a.validate().and_then(|()| commands::search_sim(a)),
         Command::Score(a) => aiperf_records::cli::run(&a),
-        Command::DpCheck(a) => a
-            .validate()
-            .and_then(|()| commands::dp_check(a.steps, a.frozen_bn)),
+        Command::DpCheck(a) => a.validate().and_then(|()| commands::dp_check(&a)),
         Command::Run(a) => commands::run(*a),
         Command::CommBench(a) => a.validate().and_then(|()| commands::comm_bench(a)),
     };

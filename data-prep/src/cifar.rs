@@ -60,7 +60,7 @@ pub fn batch_records<'a>(
     bytes: &'a [u8],
     num_classes: u32,
 ) -> Result<Vec<(&'a [u8], u32)>> {
-    if bytes.is_empty() || bytes.len() % CIFAR_RECORD != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(CIFAR_RECORD) {
         let records = bytes.len().div_ceil(CIFAR_RECORD).max(1);
         return Err(PrepError::Truncated {
             path: path.into(),

@@ -283,6 +283,24 @@ fn clock_warnings(epochs: &[&EpochRow], t0: f64, t_end: f64) -> Vec<String> {
     warnings
 }
 
+/// What a run with a stand-in trainer did not measure (the rules make it INVALID anyway).
+fn emulation_note(run: &Run) -> Option<String> {
+    let config = json(&run.info.config_json);
+    let ops = config
+        .pointer("/sim/ops")
+        .and_then(serde_json::Value::as_f64);
+    let ops = ops.map_or("?".into(), |o| format!("{o:e}"));
+    match config.pointer("/trainer").and_then(serde_json::Value::as_str) {
+        Some("emulated") => Some(format!(
+            "emulated trainer: each accelerator's compute is a wait at {ops} OPS and accuracy a synthetic learning curve; the gradient exchanges (the architectures' real parameter counts), the search, the protocol and the records are real"
+        )),
+        Some("simulated") => Some(format!(
+            "simulated trainer: epochs are waits at {ops} OPS per accelerator with no exchange, and accuracy a synthetic learning curve; the search, the protocol and the records are real"
+        )),
+        _ => None,
+    }
+}
+
 /// Each group whose epoch rows go back in time (rows are appended as epochs complete, so
 /// the clock jumped back): the first such row. The score counts rows in time order.
 fn backwards(run: &Run) -> Vec<String> {
@@ -341,6 +359,7 @@ pub fn score_with_digest(
     let mut warnings = run.warnings.clone();
     warnings.extend(clock_warnings(&epochs, t0, t_end));
     warnings.extend(backwards(run));
+    warnings.extend(emulation_note(run));
     let duration_s = t_end - t0;
     let grid = grid(duration_s, interval_s).map_err(|problem| RecordError::BadInterval {
         run: run.dir.clone(),

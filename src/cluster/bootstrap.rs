@@ -60,6 +60,7 @@ pub fn place(
     let device_name = match (trainer, local, device) {
         (_, None, _) => "primary".to_string(),
         (TrainerKind::Simulated, _, _) => format!("simulated {sim_ops:.3e} OPS"),
+        (TrainerKind::Emulated, _, _) => format!("emulated {sim_ops:.3e} OPS"),
         (TrainerKind::Real, _, tch::Device::Cuda(i)) => format!("cuda:{i}"),
         (TrainerKind::Real, _, _) => format!("cpu ({threads} threads)"),
     };

@@ -1,6 +1,7 @@
 //! `aiperf comm-bench`: the interconnect profile. Sweeps message sizes and times, over a
-//! communicator, MPI's all-reduce and the reduce + broadcast that the gradient exchange uses,
-//! reporting per size the time, algorithm bandwidth (bytes / time) and bus bandwidth
+//! communicator, a raw `MPI_Allreduce` (`allreduce`), the training's exchange code path —
+//! buckets, pipelining, the copy in from tensors' memory and all (`exchange`) — and the
+//! reduce + broadcast fallback (`reduce+bcast`), reporting per size the time, algorithm bandwidth (bytes / time) and bus bandwidth
 //! (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as nccl-tests
 //! define it), so interconnects and the training exchange can be compared.
 
@@ -10,12 +11,13 @@ use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::traits::Communicator;
 use serde::Serialize;
 
-use crate::train::reduce_broadcast;
+use crate::train::exchange::{exchange, ExchangeConfig, ExchangeMethod};
 
 /// One size of the sweep for one method, the same on every rank.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CommRow {
-    /// What was timed: `allreduce` (MPI_Allreduce) or `reduce+bcast` (the gradient exchange).
+    /// What was timed: `allreduce` (a raw MPI_Allreduce), `exchange` (the training's exchange)
+    /// or `reduce+bcast` (its fallback).
     pub method: &'static str,
     /// Ranks in the communicator.
     pub ranks: usize,
@@ -29,38 +31,91 @@ pub struct CommRow {
     pub busbw: f64,
 }
 
+/// The pieces a bucketed exchange of `elems` elements sees: tensors of a ResNet's sizes
+/// (a 1 MiB and a 4 MiB piece, then 256 KiB ones), so buckets close as in training.
+fn pieces(elems: usize) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut left = elems;
+    for n in [1 << 18, 1 << 20]
+        .into_iter()
+        .chain(std::iter::repeat(1 << 16))
+    {
+        if left == 0 {
+            break;
+        }
+        let n = n.min(left);
+        out.push(n);
+        left -= n;
+    }
+    out
+}
+
+/// One operation of `method` on `send` into `recv` (the exchange copies `src` in first, as
+/// training copies gradients out of their tensors).
+fn operate<C: Communicator>(
+    comm: &C,
+    method: &str,
+    cfg: &ExchangeConfig,
+    src: &[f32],
+    send: &mut [f32],
+    recv: &mut [f32],
+) {
+    let sizes = pieces(src.len());
+    let mut fill = |r: std::ops::Range<usize>, dst: &mut [f32]| {
+        let start: usize = sizes[..r.start].iter().sum();
+        dst.copy_from_slice(&src[start..start + dst.len()]);
+        Ok(())
+    };
+    let cfg = ExchangeConfig {
+        method: if method == "reduce+bcast" {
+            ExchangeMethod::ReduceBcast
+        } else {
+            ExchangeMethod::Allreduce
+        },
+        ..*cfg
+    };
+    match method {
+        "allreduce" => comm.all_reduce_into(&send[..], recv, SystemOperation::sum()),
+        _ => {
+            exchange(comm, &cfg, &sizes, &mut fill, send, recv).expect("a copy cannot fail");
+        }
+    }
+}
+
 /// Times `iters` operations of each method for each size in `sizes` (bytes, rounded down to
-/// f32 elements) after `warmup` untimed ones; collective over `comm`.
+/// f32 elements) after `warmup` untimed ones; collective over `comm`. The methods take
+/// turns within each size, so a drift of the machine's speed hits them alike.
 pub fn sweep<C: Communicator>(
     comm: &C,
     sizes: &[u64],
     iters: usize,
     warmup: usize,
+    cfg: &ExchangeConfig,
 ) -> Vec<CommRow> {
     let n = comm.size() as usize;
+    let methods = ["allreduce", "exchange", "reduce+bcast"];
     let mut rows = Vec::new();
     for &bytes in sizes {
         let elems = (bytes / 4).max(1) as usize;
-        let send = vec![1f32; elems];
+        let src = vec![1f32; elems];
+        let mut send = vec![1f32; elems];
         let mut recv = vec![0f32; elems];
-        for method in ["allreduce", "reduce+bcast"] {
-            let mut op = || match method {
-                "allreduce" => {
-                    comm.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum())
-                }
-                _ => {
-                    reduce_broadcast(comm, &send, &mut recv);
-                }
-            };
-            for _ in 0..warmup {
-                op();
+        let mut spent = [0f64; 3];
+        for _ in 0..warmup {
+            for m in methods {
+                operate(comm, m, cfg, &src, &mut send, &mut recv);
             }
-            comm.barrier();
-            let t = Instant::now();
-            for _ in 0..iters.max(1) {
-                op();
+        }
+        for _ in 0..iters.max(1) {
+            for (i, m) in methods.iter().enumerate() {
+                comm.barrier();
+                let t = Instant::now();
+                operate(comm, m, cfg, &src, &mut send, &mut recv);
+                spent[i] += t.elapsed().as_secs_f64();
             }
-            let mine = t.elapsed().as_secs_f64() / iters.max(1) as f64;
+        }
+        for (i, method) in methods.into_iter().enumerate() {
+            let mine = spent[i] / iters.max(1) as f64;
             let mut slowest = 0f64;
             comm.all_reduce_into(&mine, &mut slowest, SystemOperation::max());
             let b = (elems * 4) as u64;
@@ -116,6 +171,15 @@ pub fn table(scope: &str, rows: &[CommRow]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_pieces_cover_the_message() {
+        for elems in [1usize, 100, 1 << 18, (1 << 18) + 1, 10_000_000] {
+            let p = pieces(elems);
+            assert_eq!(p.iter().sum::<usize>(), elems);
+            assert!(p.iter().all(|&n| n > 0));
+        }
+    }
 
     #[test]
     fn sizes_are_powers_of_two_within_the_range() {

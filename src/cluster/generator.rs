@@ -2,7 +2,9 @@
 //! optimiser (on its own rayon pool) over the latest history snapshot the leader gave it and
 //! keeps a small bounded buffer of candidates filled, so that the group's accelerators only
 //! wait for the search when the buffer is empty. Before the group has any history it offers
-//! the start architecture (group 0's first trial) or random neighbours of it.
+//! the start architecture (group 0's first trial) or random neighbours of it. With a budget
+//! file, each proposal is made holding an exclusive lock on it, so the leaders sharing a
+//! machine search one at a time instead of all slowing each other down.
 
 use std::collections::HashSet;
 use std::sync::mpsc::{sync_channel, Receiver};
@@ -55,6 +57,7 @@ impl Generator {
         seed: u64,
         kernel: u32,
         buffer: usize,
+        budget: Option<std::fs::File>,
     ) -> Result<Generator, String> {
         let optimizer = BayesOptimizer::new(cfg)?;
         let snapshot = Arc::new(Mutex::new(Snapshot {
@@ -74,6 +77,9 @@ impl Generator {
                         let s = shared.lock().expect("generator state");
                         (Arc::clone(&s.history), s.kernel)
                     };
+                    // The machine's search budget: one proposal at a time (an advisory
+                    // lock; a failure to lock only loses the budget, never the search).
+                    let held = budget.as_ref().is_some_and(|f| f.lock().is_ok());
                     let (graph, father) = match optimizer.propose(&history, &proposed, kernel, call)
                     {
                         Some(p) => (p.graph, Some(p.father)),
@@ -89,6 +95,9 @@ impl Generator {
                             }
                         }
                     };
+                    if held {
+                        let _ = budget.as_ref().map(std::fs::File::unlock);
+                    }
                     proposed.insert(graph.descriptor());
                     let candidate = Candidate {
                         graph,
@@ -166,7 +175,7 @@ mod tests {
             threads: 1,
             ..BayesConfig::default()
         };
-        let mut g = Generator::start(cfg.clone(), start(), 0, 7, 3, 1).unwrap();
+        let mut g = Generator::start(cfg.clone(), start(), 0, 7, 3, 1, None).unwrap();
         let first = g.take().unwrap();
         assert_eq!(first.graph, start());
         assert_eq!(first.father, None);
@@ -189,7 +198,7 @@ mod tests {
         assert_eq!(fresh.father, Some(41));
         assert_eq!(fresh.kernel, 5);
         // Another group never offers the start itself.
-        let mut other = Generator::start(cfg, start(), 1, 7, 3, 1).unwrap();
+        let mut other = Generator::start(cfg, start(), 1, 7, 3, 1, None).unwrap();
         assert_ne!(
             other.take().unwrap().graph.descriptor(),
             start().descriptor()

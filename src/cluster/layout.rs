@@ -38,7 +38,7 @@ pub fn layout(node_of: &[u64], group_size: Option<usize>) -> Result<Layout, Stri
         Some(0) => return Err("--group-size must be at least 1".into()),
         Some(g) => {
             let replicas = world - 1;
-            if replicas % g != 0 {
+            if !replicas.is_multiple_of(g) {
                 return Err(format!(
                     "{world} ranks leave {replicas} replicas, not a multiple of --group-size {g}: use -np {} or -np {}",
                     1 + replicas / g * g,

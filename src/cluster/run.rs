@@ -39,6 +39,9 @@ pub struct RunContext {
     pub seed: u64,
     /// Threads of each leader's search pool.
     pub search_threads: usize,
+    /// A lock file that every leader on this machine holds while it searches (stand-in
+    /// trainers: many groups share the cores, so one search runs at a time); `None`: none.
+    pub search_lock: Option<PathBuf>,
     /// Host of every rank.
     pub hosts: Vec<String>,
     /// This rank's view of the common clock.

@@ -54,17 +54,17 @@ pub fn comm_bench(a: CommBenchArgs) -> anyhow::Result<()> {
     let sizes = commbench::sizes(a.min_bytes, a.max_bytes);
     let mut scopes = vec![(
         "world".to_string(),
-        commbench::sweep(&world, &sizes, a.iters, a.warmup),
+        commbench::sweep(&world, &sizes, a.iters, a.warmup, &a.exchange_config()),
     )];
     if let Some(g) = a.group_size {
-        if g == 0 || world.size() as usize % g != 0 {
+        if g == 0 || !(world.size() as usize).is_multiple_of(g) {
             bail!("--group-size {g} must divide the {} ranks", world.size());
         }
         let color = Color::with_value(world.rank() / g as i32);
         let group = world
             .split_by_color(color)
             .context("splitting the world into groups")?;
-        let rows = commbench::sweep(&group, &sizes, a.iters, a.warmup);
+        let rows = commbench::sweep(&group, &sizes, a.iters, a.warmup, &a.exchange_config());
         scopes.push((format!("groups of {g} ranks (group 0 shown)"), rows));
     }
     scopes.extend(node_scopes(&world, &sizes, &a)?);
@@ -105,11 +105,11 @@ fn node_scopes(
     if nodes < 2 {
         return Ok(Vec::new());
     }
-    let within = commbench::sweep(&node, sizes, a.iters, a.warmup);
+    let within = commbench::sweep(&node, sizes, a.iters, a.warmup, &a.exchange_config());
     let across = world
         .split_by_color(Color::with_value(node.rank()))
         .context("splitting the world into one rank per node")?;
-    let over = commbench::sweep(&across, sizes, a.iters, a.warmup);
+    let over = commbench::sweep(&across, sizes, a.iters, a.warmup, &a.exchange_config());
     Ok(vec![
         (
             format!("within a node ({} ranks, node 0 shown)", node.size()),
@@ -121,11 +121,18 @@ fn node_scopes(
 
 /// `aiperf dp-check`: every rank trains a tiny model with gradient exchange; all must
 /// keep bit-identical parameters.
-pub fn dp_check(steps: u32, frozen_bn: bool) -> anyhow::Result<()> {
+pub fn dp_check(a: &crate::cli::DpCheckArgs) -> anyhow::Result<()> {
     let universe = init_mpi()?;
     let world = universe.world();
     tch::set_num_threads(1);
-    let report = crate::train::dp_check(&world, steps, frozen_bn)?;
+    let cfg = crate::train::exchange::ExchangeConfig {
+        method: a.exchange,
+        bucket_bytes: a.bucket_bytes,
+        first_bucket_bytes: a
+            .bucket_bytes
+            .min(crate::train::exchange::DEFAULT_FIRST_BUCKET_BYTES),
+    };
+    let report = crate::train::dp_check(&world, a.steps, a.frozen_bn, &cfg)?;
     if world.rank() == 0 {
         println!("{}", serde_json::to_string(&report)?);
     }

@@ -22,6 +22,7 @@ use crate::cluster::transport::broadcast_value;
 use crate::config::{RecordedConfig, RunFlags, TrainerKind};
 use crate::data::open_split;
 use crate::ops::OpCount;
+use crate::train::emulated::EmulatedTrainer;
 use crate::train::fault::FaultyTrainer;
 use crate::train::simulated::{SimDevice, SimulatedTrainer};
 use crate::train::{RealTrainer, Trainer};
@@ -173,6 +174,9 @@ fn context(
         kernel_sizes: p.kernel_sizes.clone(),
         seed: config.seed,
         search_threads: config.search_threads,
+        // Stand-in trainers put many groups on one machine's cores: one search at a time.
+        search_lock: (config.trainer != TrainerKind::Real)
+            .then(|| std::env::temp_dir().join("aiperf-search.lock")),
         hosts: common.hosts.clone(),
         clock: common.clock,
         t0_s: common.t0_s,
@@ -188,6 +192,7 @@ fn context(
 fn precision_name(config: &RecordedConfig, flags: &RunFlags) -> String {
     let base = match config.trainer {
         TrainerKind::Simulated => "simulated",
+        TrainerKind::Emulated => "emulated",
         TrainerKind::Real => config.preset.train.precision.name(),
     };
     match flags.fault {
@@ -282,32 +287,8 @@ fn trainer(
     place: &Placement,
     flags: &RunFlags,
 ) -> anyhow::Result<(Box<dyn Trainer>, Graph, DatasetIdentity)> {
-    let p = &config.preset;
     let (inner, start, dataset): (Box<dyn Trainer>, Graph, DatasetIdentity) = match config.trainer {
-        TrainerKind::Simulated => {
-            let input = config.sim_input().map_err(anyhow::Error::msg)?;
-            let start = start_graph(&p.start, input, config.sim.classes)?;
-            let sim = SimulatedTrainer {
-                device: SimDevice {
-                    ops_per_s: config.sim.ops,
-                    accelerators: 1,
-                },
-                images: (config.sim.train_images, config.sim.val_images),
-                speedup: config.sim.speedup,
-                seed: config.seed,
-            };
-            let identity = DatasetIdentity {
-                name: "synthetic".into(),
-                train_images: config.sim.train_images,
-                val_images: config.sim.val_images,
-                classes: config.sim.classes,
-                stored: [input.c, input.h, input.w],
-                input: [input.h, input.w, input.c],
-                subset: None,
-                crc32: None,
-            };
-            (Box::new(sim), start, identity)
-        }
+        TrainerKind::Simulated | TrainerKind::Emulated => synthetic_trainer(config)?,
         TrainerKind::Real => real_trainer(config, place)?,
     };
     let trainer = match flags.fault {
@@ -323,6 +304,45 @@ fn trainer(
         None => inner,
     };
     Ok((trainer, start, dataset))
+}
+
+/// The simulated or emulated trainer, on the synthetic dataset the flags describe.
+fn synthetic_trainer(
+    config: &RecordedConfig,
+) -> anyhow::Result<(Box<dyn Trainer>, Graph, DatasetIdentity)> {
+    let p = &config.preset;
+    let input = config.sim_input().map_err(anyhow::Error::msg)?;
+    let start = start_graph(&p.start, input, config.sim.classes)?;
+    let images = (config.sim.train_images, config.sim.val_images);
+    let trainer: Box<dyn Trainer> = if config.trainer == TrainerKind::Emulated {
+        Box::new(EmulatedTrainer {
+            ops_per_s: config.sim.ops,
+            images,
+            exchange: p.train.exchange,
+            seed: config.seed,
+        })
+    } else {
+        Box::new(SimulatedTrainer {
+            device: SimDevice {
+                ops_per_s: config.sim.ops,
+                accelerators: 1,
+            },
+            images,
+            speedup: config.sim.speedup,
+            seed: config.seed,
+        })
+    };
+    let identity = DatasetIdentity {
+        name: "synthetic".into(),
+        train_images: images.0,
+        val_images: images.1,
+        classes: config.sim.classes,
+        stored: [input.c, input.h, input.w],
+        input: [input.h, input.w, input.c],
+        subset: None,
+        crc32: None,
+    };
+    Ok((trainer, start, identity))
 }
 
 fn start_graph(name: &str, input: arch::Shape, classes: u32) -> anyhow::Result<Graph> {

@@ -53,6 +53,14 @@ pub struct RunFlags {
     /// Arithmetic: fp32, or fp16 (CUDA autocast with dynamic loss scaling; an error on CPU).
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
+    /// The gradient exchange: allreduce (bucketed, pipelined MPI_Iallreduce) or
+    /// reduce-bcast (one reduce and one broadcast, the fallback) [default: allreduce].
+    #[arg(long, value_enum)]
+    pub exchange: Option<crate::train::exchange::ExchangeMethod>,
+    /// Bytes per exchange bucket (the first bucket 1 MiB, or less if this is less)
+    /// [default: 26214400, DDP's 25 MiB].
+    #[arg(long)]
+    pub bucket_bytes: Option<u64>,
     /// Ranks per replica group (default: one group per node).
     #[arg(long)]
     pub group_size: Option<usize>,
@@ -71,6 +79,10 @@ pub struct RunFlags {
     /// Simulated: sustained operations per second of one accelerator [default: 1e13].
     #[arg(long)]
     pub sim_ops: Option<f64>,
+    /// Sustained operations per second of one emulated accelerator (`--trainer emulated`;
+    /// recorded as the sim settings' `ops`) [default: 1e13].
+    #[arg(long)]
+    pub emulated_ops: Option<f64>,
     /// Simulated: training images per epoch [default: 50000].
     #[arg(long)]
     pub sim_train_images: Option<u64>,
@@ -120,11 +132,14 @@ impl RunFlags {
             ("--val-images", self.val_images.is_some()),
             ("--batch-size", self.batch_size.is_some()),
             ("--precision", self.precision.is_some()),
+            ("--exchange", self.exchange.is_some()),
+            ("--bucket-bytes", self.bucket_bytes.is_some()),
             ("--results", self.results.is_some()),
             ("--start", self.start.is_some()),
             ("--input", self.input.is_some()),
             ("--classes", self.classes.is_some()),
             ("--sim-ops", self.sim_ops.is_some()),
+            ("--emulated-ops", self.emulated_ops.is_some()),
             ("--sim-train-images", self.sim_train_images.is_some()),
             ("--sim-val-images", self.sim_val_images.is_some()),
             ("--speedup", self.speedup.is_some()),

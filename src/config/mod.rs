@@ -14,6 +14,7 @@ pub use flags::{parse_batch_size, RunFlags};
 pub use preset::{Preset, MAX_BATCH, MAX_DURATION_S, MAX_EPOCHS, PRESETS};
 
 use crate::arch::Shape;
+use crate::train::exchange::DEFAULT_FIRST_BUCKET_BYTES;
 
 /// The trainer of `aiperf run`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -23,6 +24,9 @@ pub enum TrainerKind {
     Real,
     /// No tensors: epoch time from the op count and --sim-ops, accuracy from a learning curve.
     Simulated,
+    /// The accelerator emulated as waits at --emulated-ops, the exchange of the real
+    /// parameter count real every step; accuracy from the simulated learning curve.
+    Emulated,
 }
 
 /// The simulated trainer's settings (recorded for every run; used by `simulated` only).
@@ -219,13 +223,30 @@ impl RecordedConfig {
         if let Some(x) = f.precision {
             p.train.precision = x;
         }
+        if let Some(m) = f.exchange {
+            p.train.exchange.method = m;
+        }
+        if let Some(b) = f.bucket_bytes {
+            let b = count_in("--bucket-bytes", b, 4, 1 << 34)?;
+            p.train.exchange.bucket_bytes = b;
+            p.train.exchange.first_bucket_bytes = b.min(DEFAULT_FIRST_BUCKET_BYTES);
+        }
         if let Some(i) = f.score_interval {
             p.score_interval_s = in_range("--score-interval", i, 1e-3, MAX_DURATION_S, " seconds")?;
         }
         p.validate().map_err(ConfigError::Override)?;
         let input = f.input.unwrap_or(Shape::new(3, 32, 32));
         let sim = SimSettings {
-            ops: in_range("--sim-ops", f.sim_ops.unwrap_or(1e13), 1.0, 1e21, " ops/s")?,
+            ops: match (f.emulated_ops, f.trainer) {
+                (Some(_), t) if t != Some(TrainerKind::Emulated) => {
+                    return Err(flag_err(
+                        "--emulated-ops",
+                        "applies to --trainer emulated only (the simulated trainer's speed is --sim-ops)",
+                    ))
+                }
+                (Some(o), _) => in_range("--emulated-ops", o, 1.0, 1e21, " ops/s")?,
+                (None, _) => in_range("--sim-ops", f.sim_ops.unwrap_or(1e13), 1.0, 1e21, " ops/s")?,
+            },
             train_images: count_in(
                 "--sim-train-images",
                 f.sim_train_images.unwrap_or(50_000),

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::data::Augment;
 use crate::search::Hparams;
+use crate::train::exchange::ExchangeConfig;
 use crate::train::{Precision, TrainConfig};
 
 /// A complete run configuration before command-line overrides.
@@ -73,6 +74,7 @@ impl Preset {
             loader_workers: 2,
             prefetch: 2,
             precision: Precision::Fp32,
+            exchange: ExchangeConfig::default(),
         };
         match name {
             // Sized for `make run` on 2 CPU cores (mpirun -np 3: one group of two ranks):

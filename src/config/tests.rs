@@ -356,3 +356,34 @@ fn corruption_sweep_preset_json_never_panics() {
     }
     assert!(ok < 1200, "some mutations must be refused");
 }
+
+#[test]
+fn exchange_flags_are_range_checked_and_emulated_ops_needs_the_emulated_trainer() {
+    let e = fresh_err(RunFlags {
+        bucket_bytes: Some(0),
+        ..flags()
+    });
+    assert!(e.contains("--bucket-bytes"), "{e}");
+    let e = fresh_err(RunFlags {
+        emulated_ops: Some(1e12),
+        ..flags()
+    });
+    assert!(
+        e.contains("--emulated-ops") && e.contains("--trainer emulated"),
+        "{e}"
+    );
+    let c = RecordedConfig::fresh(&RunFlags {
+        trainer: Some(TrainerKind::Emulated),
+        emulated_ops: Some(1e12),
+        bucket_bytes: Some(1 << 16),
+        exchange: Some(crate::train::exchange::ExchangeMethod::ReduceBcast),
+        ..flags()
+    })
+    .unwrap();
+    assert_eq!(c.sim.ops, 1e12);
+    let x = c.preset.train.exchange;
+    assert_eq!((x.bucket_bytes, x.first_bucket_bytes), (1 << 16, 1 << 16));
+    // Recorded, and read back the same.
+    let back: RecordedConfig = serde_json::from_str(&c.to_json()).unwrap();
+    assert_eq!(back, c);
+}

@@ -157,7 +157,7 @@ fn deeper(g: &Graph, shapes: &[Shape], after: &str, kernel: u32) -> Result<Graph
             "{after:?} is not a ReLU on the main chain before pooling"
         )));
     }
-    if kernel % 2 == 0 {
+    if kernel.is_multiple_of(2) {
         return Err(MorphError::Target(format!(
             "kernel {kernel} must be odd to keep the resolution"
         )));

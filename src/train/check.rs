@@ -55,6 +55,7 @@ pub fn dp_check<C: Communicator>(
     comm: &C,
     steps: u32,
     frozen_bn: bool,
+    cfg: &super::exchange::ExchangeConfig,
 ) -> Result<DpReport, TrainError> {
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
     tch::manual_seed(0);
@@ -91,9 +92,9 @@ pub fn dp_check<C: Communicator>(
             .cross_entropy_for_logits(&y.narrow(0, start, len));
         loss.backward();
         let weight = mine.len() as f32 / global as f32;
-        bytes = sync_gradients(comm, &vars, weight, &mut bucket, &mut reduced)?.bytes;
+        bytes = sync_gradients(comm, cfg, &vars, weight, &mut bucket, &mut reduced)?.bytes;
         opt.step();
-        average_buffers(comm, &buffers, weight, &mut bucket, &mut reduced)?;
+        average_buffers(comm, cfg, &buffers, weight, &mut bucket, &mut reduced)?;
         let local = [loss.f_double_value(&[])? * f64::from(weight)];
         let mut total = [0f64];
         comm.all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());

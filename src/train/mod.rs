@@ -7,6 +7,8 @@
 //! simulated trainer's model of a trial.
 
 mod check;
+pub mod emulated;
+pub mod exchange;
 pub mod fault;
 pub mod scaler;
 pub mod schedule;

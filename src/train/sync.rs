@@ -1,8 +1,8 @@
-//! The gradient exchange. Gradients are flattened into one f32 bucket, scaled by this rank's
-//! share of the global batch, summed onto the group's rank 0 and broadcast back, then
-//! copied into the gradient tensors. A reduce + broadcast (rather than an all-reduce) makes
-//! the result bit-identical on every rank by construction: tree and ring all-reduce
-//! algorithms may add the same values in different orders on different ranks.
+//! The gradient exchange. Gradients are flattened into f32 buckets, scaled by this rank's
+//! share of the global batch, summed over the group ([`super::exchange`]: bucketed,
+//! pipelined `MPI_Iallreduce`, or reduce + broadcast), then copied into the gradient
+//! tensors. Every rank must end with the same sums: the per-epoch parameter hash checks it
+//! under the MPI in use (reduce + broadcast guarantees it by construction).
 
 use std::time::Instant;
 
@@ -10,6 +10,7 @@ use mpi::collective::{Root, SystemOperation};
 use mpi::traits::Communicator;
 use tch::Tensor;
 
+use super::exchange::{exchange, ExchangeConfig};
 use super::TrainError;
 
 /// What one exchange cost.
@@ -55,18 +56,22 @@ pub fn reduce_broadcast<C: Communicator>(comm: &C, bucket: &[f32], reduced: &mut
 }
 
 /// Replaces each tensor of `tensors` in place by Σ_ranks weight_rank · tensor_rank: flattened
-/// into `bucket`, scaled, summed with [`reduce_broadcast`] into `reduced`, copied back. With
-/// `extra`, one more value rides unscaled at the bucket's end; its sum is returned.
+/// into `bucket` and scaled, bucket by bucket ([`exchange`]), summed into `reduced`, copied
+/// back. With `extra`, one more value rides unscaled at the end; its sum is returned.
 fn weighted_sum<C: Communicator>(
     comm: &C,
+    cfg: &ExchangeConfig,
     tensors: &[Tensor],
     weight: f32,
     extra: Option<f32>,
     bucket: &mut Vec<f32>,
     reduced: &mut Vec<f32>,
 ) -> Result<(SyncStats, f32), TrainError> {
-    let sizes: Vec<usize> = tensors.iter().map(|t| t.numel()).collect();
+    let mut sizes: Vec<usize> = tensors.iter().map(|t| t.numel()).collect();
     let values: usize = sizes.iter().sum();
+    if extra.is_some() {
+        sizes.push(1);
+    }
     let total = values + usize::from(extra.is_some());
     if i32::try_from(total).is_err() {
         return Err(TrainError::TooLarge(total));
@@ -75,17 +80,25 @@ fn weighted_sum<C: Communicator>(
     bucket.resize(total, 0.0);
     reduced.clear();
     reduced.resize(total, 0.0);
-    let mut offset = 0;
-    for (t, &n) in tensors.iter().zip(&sizes) {
-        t.f_contiguous()?
-            .f_copy_data(&mut bucket[offset..offset + n], n)?;
-        offset += n;
-    }
-    bucket[..values].iter_mut().for_each(|x| *x *= weight);
-    if let Some(v) = extra {
-        bucket[values] = v;
-    }
-    let seconds = reduce_broadcast(comm, bucket, reduced);
+    let mut fill = |pieces: std::ops::Range<usize>, dst: &mut [f32]| -> Result<(), TrainError> {
+        let mut offset = 0;
+        for i in pieces {
+            let n = sizes[i];
+            match tensors.get(i) {
+                Some(t) => {
+                    t.f_contiguous()?
+                        .f_copy_data(&mut dst[offset..offset + n], n)?;
+                    dst[offset..offset + n]
+                        .iter_mut()
+                        .for_each(|x| *x *= weight);
+                }
+                None => dst[offset] = extra.unwrap_or(0.0),
+            }
+            offset += n;
+        }
+        Ok(())
+    };
+    let seconds = exchange(comm, cfg, &sizes, &mut fill, bucket, reduced)?;
     let mut offset = 0;
     tch::no_grad(|| -> Result<(), TrainError> {
         for (t, &n) in tensors.iter().zip(&sizes) {
@@ -115,12 +128,13 @@ fn weighted_sum<C: Communicator>(
 /// buffers in the same order on every rank (e.g. sorted by name).
 pub fn average_buffers<C: Communicator>(
     comm: &C,
+    cfg: &ExchangeConfig,
     buffers: &[Tensor],
     weight: f32,
     bucket: &mut Vec<f32>,
     reduced: &mut Vec<f32>,
 ) -> Result<SyncStats, TrainError> {
-    weighted_sum(comm, buffers, weight, None, bucket, reduced).map(|r| r.0)
+    weighted_sum(comm, cfg, buffers, weight, None, bucket, reduced).map(|r| r.0)
 }
 
 /// Replaces every variable's gradient by Σ_ranks weight_rank · gradient_rank, where `weight`
@@ -129,18 +143,20 @@ pub fn average_buffers<C: Communicator>(
 /// with an empty shard runs backward on a zero loss). `bucket` and `reduced` are reused.
 pub fn sync_gradients<C: Communicator>(
     comm: &C,
+    cfg: &ExchangeConfig,
     vars: &[Tensor],
     weight: f32,
     bucket: &mut Vec<f32>,
     reduced: &mut Vec<f32>,
 ) -> Result<SyncStats, TrainError> {
-    sync_gradients_with_flag(comm, vars, weight, false, bucket, reduced).map(|r| r.0)
+    sync_gradients_with_flag(comm, cfg, vars, weight, false, bucket, reduced).map(|r| r.0)
 }
 
 /// [`sync_gradients`], also telling every rank whether any rank raised `flag` — in the same
 /// message, so a group can agree to stop mid-epoch without an extra collective per step.
 pub fn sync_gradients_with_flag<C: Communicator>(
     comm: &C,
+    cfg: &ExchangeConfig,
     vars: &[Tensor],
     weight: f32,
     flag: bool,
@@ -162,6 +178,7 @@ pub fn sync_gradients_with_flag<C: Communicator>(
         .collect::<Result<_, _>>()?;
     let (stats, raised) = weighted_sum(
         comm,
+        cfg,
         &grads,
         weight,
         Some(f32::from(u8::from(flag))),

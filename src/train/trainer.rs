@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
+use super::exchange::ExchangeConfig;
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
 use super::sync::{all_variables, float_buffers, sync_gradients_with_flag};
@@ -77,6 +78,9 @@ pub struct TrainConfig {
     pub prefetch: usize,
     /// Arithmetic.
     pub precision: Precision,
+    /// The gradient exchange (`--exchange`, `--bucket-bytes`; DDP-like buckets by default).
+    #[serde(default)]
+    pub exchange: ExchangeConfig,
 }
 
 /// What every rank of the group trains in one trial.
@@ -350,6 +354,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         // (they are moving averages, so averaging once equals averaging every step).
         let s = average_buffers(
             self.comm,
+            &self.cfg.exchange,
             &self.buffers,
             1.0 / self.comm.size() as f32,
             &mut self.bucket,
@@ -414,6 +419,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         stats.compute_s += computing.elapsed().as_secs_f64();
         let (s, abandon) = sync_gradients_with_flag(
             self.comm,
+            &self.cfg.exchange,
             &self.vars,
             (f64::from(weight) / scale) as f32,
             stop,

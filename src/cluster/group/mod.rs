@@ -186,9 +186,16 @@ pub fn leader<C: Communicator>(
     }
     broadcast_value(group_comm, Some(&GroupOrder::End))?;
     log_busy(group, &busy, began, generator.waited_s());
-    if ctx.trainer.name() == "real" {
+    // Checked after every epoch (a mismatch ends the run): real parameters, or the emulated
+    // trainer's exchanged sums.
+    let checked = match ctx.trainer.name() {
+        "real" => Some("parameters"),
+        "emulated" => Some("exchanged sums"),
+        _ => None,
+    };
+    if let Some(what) = checked {
         log::info!(
-            "group {group}: parameters bit-identical on all {} ranks after each of {} epochs",
+            "group {group}: {what} bit-identical on all {} ranks after each of {} epochs",
             group_comm.size(),
             busy.epochs
         );
@@ -210,7 +217,17 @@ fn start_generator(ctx: &RunContext, group: u32, kernel: u32) -> Result<Generato
         seed: ctx.seed ^ u64::from(group),
         ..BayesConfig::default()
     };
-    Generator::start(bayes, ctx.start.clone(), group, ctx.seed, kernel, 1)
+    let lock = match &ctx.search_lock {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| GroupError::Generator(format!("{}: {e}", path.display())))?,
+        ),
+        None => None,
+    };
+    Generator::start(bayes, ctx.start.clone(), group, ctx.seed, kernel, 1, lock)
         .map_err(GroupError::Generator)
 }
 

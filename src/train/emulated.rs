@@ -1,0 +1,186 @@
+//! The emulated trainer (`--trainer emulated`): the accelerator is a wait of (the step's
+//! operations ÷ `--emulated-ops` per accelerator) — no CPU burned, so many ranks fit on one
+//! machine — but every step exchanges a gradient of the architecture's real parameter count,
+//! layer by layer in backward order, through the training's own exchange ([`super::exchange`]:
+//! buckets, pipelining, the stop flag); the search, the protocol and the records are the real
+//! ones. Accuracy follows the simulated trainer's learning curve. For weak-scaling studies of
+//! the interconnect; a run is INVALID by the rules (its trainer is not `real`).
+
+use std::time::{Duration, Instant};
+
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::Communicator;
+
+use super::exchange::{exchange, ExchangeConfig};
+use super::simulated::{SimDevice, SimTrial};
+use super::{EpochStats, TrainError, Trainer, TrialRun, TrialSpec};
+use crate::ops::OpCount;
+
+/// The emulated trainer's settings.
+#[derive(Clone, Debug)]
+pub struct EmulatedTrainer {
+    /// One accelerator's sustained operations per second.
+    pub ops_per_s: f64,
+    /// Training and validation images per epoch.
+    pub images: (u64, u64),
+    /// The exchange.
+    pub exchange: ExchangeConfig,
+    /// Seed of the synthetic accuracy's noise.
+    pub seed: u64,
+}
+
+/// One emulated trial on one rank.
+struct EmuRun<'c> {
+    comm: &'c SimpleCommunicator,
+    cfg: ExchangeConfig,
+    trial: SimTrial,
+    images: (u64, u64),
+    steps: u64,
+    step_s: f64,
+    val_s: f64,
+    /// Parameters per layer, in backward order, and the stop flag's 1 element last.
+    pieces: Vec<usize>,
+    grads: Vec<f32>,
+    send: Vec<f32>,
+    recv: Vec<f32>,
+}
+
+impl Trainer for EmulatedTrainer {
+    fn start<'c>(
+        &'c self,
+        comm: &'c SimpleCommunicator,
+        spec: &TrialSpec,
+        _round: u32,
+    ) -> Result<Box<dyn TrialRun + 'c>, TrainError> {
+        let ranks = u32::try_from(comm.size()).unwrap_or(1);
+        let bad = || TrainError::Config("the architecture's shapes do not infer".into());
+        let count = OpCount::of(&spec.graph).map_err(|_| bad())?;
+        let device = SimDevice {
+            ops_per_s: self.ops_per_s,
+            accelerators: ranks,
+        };
+        let trial = SimTrial::new(
+            &spec.graph,
+            spec.hparams,
+            device,
+            self.images.0,
+            self.images.1,
+            self.seed,
+        )
+        .ok_or_else(bad)?;
+        let global = u64::from(spec.hparams.batch_size.max(1)) * u64::from(ranks);
+        let steps = self.images.0.div_ceil(global).max(1);
+        let rate = self.ops_per_s * f64::from(ranks);
+        let e = trial.epoch(1);
+        let mut pieces: Vec<usize> = count
+            .layers
+            .iter()
+            .rev()
+            .map(|l| l.params as usize)
+            .filter(|&n| n > 0)
+            .collect();
+        pieces.push(1);
+        let total: usize = pieces.iter().sum();
+        if i32::try_from(total).is_err() {
+            return Err(TrainError::TooLarge(total));
+        }
+        Ok(Box::new(EmuRun {
+            comm,
+            cfg: self.exchange,
+            trial,
+            images: self.images,
+            steps,
+            step_s: e.train_ops as f64 / rate / steps as f64,
+            val_s: e.val_ops as f64 / rate,
+            pieces,
+            // Small, finite "gradients": the sums are checked as in training.
+            grads: vec![1e-3; total],
+            send: vec![0.0; total],
+            recv: vec![0.0; total],
+        }))
+    }
+
+    fn name(&self) -> &'static str {
+        "emulated"
+    }
+}
+
+/// Sleeps `seconds` if positive.
+fn wait(seconds: f64) {
+    if seconds > 0.0 {
+        std::thread::sleep(Duration::from_secs_f64(seconds.min(1e6)));
+    }
+}
+
+impl EmuRun<'_> {
+    /// One step's exchange with `stop` riding along; whether any rank raised it.
+    fn exchange(&mut self, stop: bool, stats: &mut EpochStats) -> Result<bool, TrainError> {
+        let flag_at = self.grads.len() - 1;
+        self.grads[flag_at] = f32::from(u8::from(stop));
+        let (grads, pieces) = (&self.grads, &self.pieces);
+        let mut fill = |r: std::ops::Range<usize>, dst: &mut [f32]| {
+            let start: usize = pieces[..r.start].iter().sum();
+            dst.copy_from_slice(&grads[start..start + dst.len()]);
+            Ok(())
+        };
+        stats.allreduce_s += exchange(
+            self.comm,
+            &self.cfg,
+            pieces,
+            &mut fill,
+            &mut self.send,
+            &mut self.recv,
+        )?;
+        if self.comm.size() > 1 {
+            stats.allreduce_bytes += (self.send.len() * 4) as u64;
+        }
+        if !self.recv[..flag_at].iter().all(|x| x.is_finite()) {
+            stats.non_finite = true;
+        }
+        Ok(self.recv[flag_at] > 0.5)
+    }
+}
+
+impl TrialRun for EmuRun<'_> {
+    fn epoch(&mut self, epoch: u32, stop: &dyn Fn() -> bool) -> Result<EpochStats, TrainError> {
+        let e = self.trial.epoch(epoch);
+        let began = Instant::now();
+        let mut stats = EpochStats::default();
+        // The compute owed so far: a sleep's overshoot is taken off the next step's wait.
+        let mut owed = 0.0;
+        for _ in 0..self.steps {
+            let computing = Instant::now();
+            owed += self.step_s;
+            wait(owed - stats.compute_s);
+            stats.compute_s += computing.elapsed().as_secs_f64();
+            if self.exchange(stop(), &mut stats)? {
+                stats.abandoned = true;
+                stats.wall_s = began.elapsed().as_secs_f64();
+                return Ok(stats);
+            }
+        }
+        let validating = Instant::now();
+        wait(owed + self.val_s - stats.compute_s);
+        stats.compute_s += validating.elapsed().as_secs_f64();
+        Ok(EpochStats {
+            train_images: self.images.0,
+            steps: self.steps,
+            val_images: self.images.1,
+            train_loss: e.val_loss,
+            val_loss: e.val_loss,
+            val_accuracy: e.val_accuracy,
+            wall_s: began.elapsed().as_secs_f64(),
+            ..stats
+        })
+    }
+
+    /// A hash of the last exchange's sums: every rank must hold the same.
+    fn params_hash(&self) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for x in &self.recv {
+            x.to_bits().hash(&mut h);
+        }
+        Some(h.finish())
+    }
+}

@@ -1,0 +1,201 @@
+//! How a group sums flat f32 buffers (gradients, batch-norm statistics) over its ranks: in
+//! buckets of whole tensors, each bucket an `MPI_Iallreduce` started as soon as it is
+//! filled, so filling bucket k+1 overlaps the reduction of bucket k (the way PyTorch DDP
+//! buckets gradients: a small first bucket, then about 25 MiB each). `reduce-bcast` is the
+//! fallback: one reduce onto the group's rank 0 and one broadcast back, bit-identical on
+//! every rank by construction. rsmpi 0.8 does not expose `MPI_IN_PLACE`, so each bucket is
+//! reduced from its send slice into its receive slice (one extra copy per bucket inside
+//! MPI, counted in the exchange's time).
+
+use std::ops::Range;
+use std::time::Instant;
+
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
+use mpi::traits::Communicator;
+use serde::{Deserialize, Serialize};
+
+use super::TrainError;
+
+/// The exchange's collective.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExchangeMethod {
+    /// Bucketed, pipelined `MPI_Iallreduce` (the default).
+    Allreduce,
+    /// One `MPI_Reduce` onto the group's first rank and one `MPI_Bcast` (the fallback).
+    ReduceBcast,
+}
+
+/// DDP's default bucket cap, 25 MiB (`bucket_cap_mb=25`).
+pub const DEFAULT_BUCKET_BYTES: u64 = 25 << 20;
+/// DDP's first bucket, 1 MiB: the first reduction starts early.
+pub const DEFAULT_FIRST_BUCKET_BYTES: u64 = 1 << 20;
+
+/// How the exchange is carried out (recorded in the run's configuration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExchangeConfig {
+    /// The collective.
+    pub method: ExchangeMethod,
+    /// A bucket is closed once it holds at least this many bytes.
+    pub bucket_bytes: u64,
+    /// The same for the first bucket.
+    pub first_bucket_bytes: u64,
+}
+
+impl Default for ExchangeConfig {
+    fn default() -> Self {
+        ExchangeConfig {
+            method: ExchangeMethod::Allreduce,
+            bucket_bytes: DEFAULT_BUCKET_BYTES,
+            first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES,
+        }
+    }
+}
+
+/// One bucket: the pieces (tensors) it holds and its elements.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bucket {
+    /// Indices of the pieces, consecutive.
+    pub pieces: Range<usize>,
+    /// Elements, Σ of the pieces' sizes.
+    pub elems: usize,
+}
+
+/// Splits pieces of `sizes` elements (in order) into buckets of whole pieces: each closed
+/// once it holds at least the cap (the first bucket's cap for the first).
+pub fn buckets(sizes: &[usize], cfg: &ExchangeConfig) -> Vec<Bucket> {
+    let cap = |first: bool| {
+        let bytes = if first {
+            cfg.first_bucket_bytes
+        } else {
+            cfg.bucket_bytes
+        };
+        (bytes / 4).max(1) as usize
+    };
+    let mut out = Vec::new();
+    let (mut start, mut elems) = (0, 0);
+    for (i, &n) in sizes.iter().enumerate() {
+        elems += n;
+        if elems >= cap(out.is_empty()) {
+            out.push(Bucket {
+                pieces: start..i + 1,
+                elems,
+            });
+            (start, elems) = (i + 1, 0);
+        }
+    }
+    if start < sizes.len() {
+        out.push(Bucket {
+            pieces: start..sizes.len(),
+            elems,
+        });
+    }
+    out
+}
+
+/// What `fill` is asked for: write the values of `pieces` (concatenated) into the slice.
+pub type Fill<'f> = dyn FnMut(Range<usize>, &mut [f32]) -> Result<(), TrainError> + 'f;
+
+/// Sums, over `comm`, the pieces of `sizes` elements that `fill` writes: on return `recv`
+/// holds the sums (`send` and `recv` hold Σ `sizes` elements). Returns the seconds from the
+/// first fill to the last completion. Every rank completes every collective even if its
+/// `fill` fails (its values are then zeros and the error is returned after), so a failing
+/// rank never leaves the others waiting.
+pub fn exchange<C: Communicator>(
+    comm: &C,
+    cfg: &ExchangeConfig,
+    sizes: &[usize],
+    fill: &mut Fill<'_>,
+    send: &mut [f32],
+    recv: &mut [f32],
+) -> Result<f64, TrainError> {
+    let started = Instant::now();
+    let mut failed = None;
+    let mut fill_or_zero = |pieces: Range<usize>, dst: &mut [f32]| {
+        if let Err(e) = fill(pieces, dst) {
+            dst.fill(0.0);
+            failed.get_or_insert(e);
+        }
+    };
+    match cfg.method {
+        ExchangeMethod::ReduceBcast => {
+            fill_or_zero(0..sizes.len(), send);
+            super::sync::reduce_broadcast(comm, send, recv);
+        }
+        ExchangeMethod::Allreduce => {
+            pipelined(comm, &buckets(sizes, cfg), &mut fill_or_zero, send, recv)
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(started.elapsed().as_secs_f64()),
+    }
+}
+
+/// Fills each bucket and starts its `MPI_Iallreduce`, testing the earlier ones between
+/// fills (OpenMPI progresses non-blocking collectives inside MPI calls); then waits for all.
+/// A single bucket is a blocking `MPI_Allreduce`, which has the better-tuned algorithms.
+fn pipelined<C: Communicator>(
+    comm: &C,
+    buckets: &[Bucket],
+    fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
+    send: &mut [f32],
+    recv: &mut [f32],
+) {
+    if let [only] = buckets {
+        fill(only.pieces.clone(), send);
+        comm.all_reduce_into(&send[..], recv, SystemOperation::sum());
+        return;
+    }
+    mpi::request::scope(|scope| {
+        let mut pending = Vec::with_capacity(buckets.len());
+        let (mut s_rest, mut r_rest) = (send, recv);
+        for b in buckets {
+            let (s, s_tail) = std::mem::take(&mut s_rest).split_at_mut(b.elems);
+            let (r, r_tail) = std::mem::take(&mut r_rest).split_at_mut(b.elems);
+            (s_rest, r_rest) = (s_tail, r_tail);
+            fill(b.pieces.clone(), s);
+            pending = pending
+                .into_iter()
+                .filter_map(|q: mpi::request::Request<'_, [f32], _>| q.test().err())
+                .collect();
+            pending.push(comm.immediate_all_reduce_into(scope, &*s, r, SystemOperation::sum()));
+        }
+        for q in pending {
+            q.wait_without_status();
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(first: u64, rest: u64) -> ExchangeConfig {
+        ExchangeConfig {
+            method: ExchangeMethod::Allreduce,
+            bucket_bytes: rest,
+            first_bucket_bytes: first,
+        }
+    }
+
+    #[test]
+    fn buckets_hold_whole_pieces_with_a_small_first_one() {
+        // Caps of 4 and 8 elements (16 and 32 bytes).
+        let b = buckets(&[3, 2, 5, 1, 1, 9, 2], &cfg(16, 32));
+        let pieces: Vec<Range<usize>> = b.iter().map(|b| b.pieces.clone()).collect();
+        assert_eq!(pieces, vec![0..2, 2..6, 6..7]);
+        assert_eq!(b.iter().map(|b| b.elems).collect::<Vec<_>>(), [5, 16, 2]);
+        // A piece at or above the cap on an empty bucket is a bucket of its own.
+        let b = buckets(&[9, 1], &cfg(16, 32));
+        assert_eq!(b[0].pieces, 0..1);
+        assert!(buckets(&[], &cfg(16, 32)).is_empty());
+        // A cap of 0 bytes: one piece per bucket.
+        assert_eq!(buckets(&[1, 1], &cfg(0, 0)).len(), 2);
+        // The default: ResNet-50's 25.6 M parameters make about four buckets.
+        let r50 = vec![25_557_032 / 100; 100];
+        let n = buckets(&r50, &ExchangeConfig::default()).len();
+        assert!((4..=6).contains(&n), "{n}");
+    }
+}

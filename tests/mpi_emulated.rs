@@ -1,0 +1,101 @@
+//! `--trainer emulated` under a real `mpirun`: accelerators are waits, but every step
+//! exchanges the architecture's real parameter count through the training's exchange, so
+//! the records show the exchange's bytes and time; ranks agree bit for bit on every sum, and
+//! the score says what was emulated (and INVALID, as the rules require).
+
+use std::path::Path;
+use std::process::Command;
+
+use aiperf::arch::Graph;
+use aiperf::ops::OpCount;
+use aiperf_records::{read_run, score};
+
+fn emulated(np: usize, dir: &Path, extra: &[&str]) -> String {
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let out = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .arg(np.to_string())
+        .args(["run", "--trainer", "emulated", "--emulated-ops", "2e11"])
+        .args([
+            "--duration",
+            "12",
+            "--sim-train-images",
+            "2048",
+            "--sim-val-images",
+            "256",
+        ])
+        .args(["--batch-size", "32:64", "--results"])
+        .arg(dir)
+        .args(extra)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "np={np}: {text}");
+    text
+}
+
+#[test]
+fn emulated_groups_exchange_their_real_parameter_counts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    // Two groups of two ranks; small buckets so the pipelined path runs.
+    let log = emulated(5, &dir, &["--group-size", "2", "--bucket-bytes", "65536"]);
+    assert!(
+        log.contains("exchanged sums bit-identical on all 2 ranks"),
+        "{log}"
+    );
+    let run = read_run(&dir).unwrap();
+    assert!(run.info.precision == "emulated", "{}", run.info.precision);
+    let mut epochs = 0;
+    for g in &run.groups {
+        for e in &g.epochs {
+            let graph = Graph::from_json(&run.architectures[&e.model_id]).unwrap();
+            let params = OpCount::of(&graph).unwrap().params;
+            // Every step: the gradient of every parameter and the stop flag, 4 bytes each.
+            assert_eq!(
+                e.allreduce_bytes,
+                e.steps * (params + 1) * 4,
+                "model {}",
+                e.model_id
+            );
+            assert!(e.allreduce_s > 0.0 && e.compute_s > 0.0);
+            epochs += 1;
+        }
+    }
+    assert!(epochs >= 4, "{epochs} epochs");
+    let s = score(&run, 2.0).unwrap();
+    assert_eq!(s.integrity.records, "intact");
+    assert!(s.allreduce_bytes_per_s.is_some());
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.starts_with("emulated trainer:")),
+        "{:?}",
+        s.warnings
+    );
+    assert!(s
+        .verdict
+        .reasons
+        .iter()
+        .any(|r| r.contains("\"emulated\", official \"real\"")));
+}
+
+#[test]
+fn the_reduce_bcast_fallback_and_a_one_rank_group_work_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    emulated(
+        3,
+        &dir,
+        &["--group-size", "1", "--exchange", "reduce-bcast"],
+    );
+    let run = read_run(&dir).unwrap();
+    // Groups of one exchange nothing.
+    assert!(run
+        .groups
+        .iter()
+        .flat_map(|g| &g.epochs)
+        .all(|e| e.allreduce_bytes == 0));
+    assert!(score(&run, 2.0).unwrap().allreduce_bytes_per_s.is_none());
+}
