@@ -89,6 +89,7 @@ fn main() -> anyhow::Result<()> {
         prefetch: 2,
         precision: Precision::Fp32,
         exchange: aiperf::train::exchange::ExchangeConfig::default(),
+        trace_steps: 0,
     };
     let spec = TrialSpec {
         graph: graph.clone(),

@@ -99,3 +99,78 @@ fn the_reduce_bcast_fallback_and_a_one_rank_group_work_too() {
         .all(|e| e.allreduce_bytes == 0));
     assert!(score(&run, 2.0).unwrap().allreduce_bytes_per_s.is_none());
 }
+
+#[test]
+fn traced_steps_export_as_a_chrome_trace_with_every_ranks_spans() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    emulated(
+        5,
+        &dir,
+        &[
+            "--group-size",
+            "2",
+            "--bucket-bytes",
+            "65536",
+            "--trace-steps",
+            "3",
+        ],
+    );
+    let file = tmp.path().join("trace.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_aiperf"))
+        .arg("score")
+        .arg(&dir)
+        .arg("--trace")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let run = read_run(&dir).unwrap();
+    for g in &run.groups {
+        let epochs = g.epochs.len();
+        for rank in 0..2u64 {
+            let mine: Vec<&serde_json::Value> = events
+                .iter()
+                .filter(|e| e["ph"] == "X" && e["pid"] == g.group && e["tid"] == rank)
+                .collect();
+            let count = |name: &str| mine.iter().filter(|e| e["cat"] == name).count();
+            // Three steps of every recorded epoch (and of an abandoned last one, if any).
+            assert!(
+                count("forward+backward") >= 3 * epochs,
+                "group {} rank {rank}",
+                g.group
+            );
+            assert!(count("exchange") >= count("forward+backward"));
+            assert!(mine.iter().all(|e| e["args"]["step"].as_u64().unwrap() < 3));
+            assert!(mine.iter().all(|e| e["ts"].as_f64().unwrap() > -1e6));
+            assert!(mine.iter().all(|e| e["dur"].as_f64().unwrap() >= 0.0));
+        }
+        let named = events.iter().any(|e| {
+            e["ph"] == "M"
+                && e["pid"] == g.group
+                && e["args"]["name"] == format!("group {}", g.group)
+        });
+        assert!(named);
+    }
+    // Without traced steps, --trace says how to get them.
+    let plain = tmp.path().join("plain");
+    emulated(3, &plain, &["--group-size", "2"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_aiperf"))
+        .arg("score")
+        .arg(&plain)
+        .arg("--trace")
+        .arg(tmp.path().join("none.json"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--trace-steps"),
+        "{err}"
+    );
+}

@@ -118,6 +118,24 @@ fn check_records(dir: &Path, ranks: u64, train: u64, val: u64) -> usize {
         (id.stored, id.input, id.subset),
         ([1, 8, 8], [8, 8, 1], Some(false))
     );
+    // --trace-steps 2: every rank's data wait, forward+backward, exchange and optimizer
+    // spans of the first two steps of each epoch, on the common clock within the run.
+    for g in &run.groups {
+        for rank in 0..ranks as u32 {
+            let kinds: std::collections::BTreeSet<u8> = g
+                .trace
+                .iter()
+                .filter(|t| t.rank == rank)
+                .map(|t| t.kind)
+                .collect();
+            assert_eq!(kinds, [0, 1, 2, 3].into(), "group {} rank {rank}", g.group);
+        }
+        assert!(g.trace.iter().all(|t| t.step < 2 && t.end_s >= t.start_s));
+        assert!(g
+            .trace
+            .iter()
+            .all(|t| t.start_s > run.info.start_time_s - 1.0));
+    }
     let s = score(&run, 2.0).unwrap();
     assert!(s.ops_per_s > 0.0);
     assert_eq!(s.integrity.records, "intact");
@@ -140,7 +158,12 @@ fn real_training_under_mpirun_with_groups_of_two_and_three_ranks() {
     write_split(&data, "val", 96, 2);
     for (np, ranks) in [(3usize, 2u64), (4, 3)] {
         let results = tmp.path().join(format!("np{np}"));
-        let (out, err) = run(np, &data, &results, &["--duration", "25"]);
+        let (out, err) = run(
+            np,
+            &data,
+            &results,
+            &["--duration", "25", "--trace-steps", "2"],
+        );
         assert!(out.contains("score (sustained)"), "{out}");
         assert!(
             err.contains(&format!("bit-identical on all {ranks} ranks")),

@@ -16,6 +16,10 @@ pub struct ScoreArgs {
     /// names (`score_interval_s`), else 360].
     #[arg(long)]
     pub interval: Option<f64>,
+    /// Write the spans of `aiperf run --trace-steps` as a Chrome trace (Perfetto,
+    /// chrome://tracing) to this file (one run only).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// The run digest from rank 0's closing log line ("run digest <64 hex digits>"): the
     /// records must be the ones that job wrote (one run only).
     #[arg(long, value_name = "HEX")]
@@ -77,6 +81,21 @@ pub fn run(args: &ScoreArgs) -> anyhow::Result<()> {
             });
         }
         std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.trace {
+        let [run] = &runs[..] else {
+            anyhow::bail!("--trace writes one run's spans: give one run folder with it");
+        };
+        let doc = crate::trace::chrome_trace(run).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--trace {}: {} holds no traced spans (record some with `aiperf run --trace-steps N`)",
+                path.display(),
+                run.dir.display()
+            )
+        })?;
+        std::fs::write(path, serde_json::to_string(&doc)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("trace: {}", path.display());
     }
     if let Some(out) = &args.report {
         for (i, (run, s)) in runs.iter().zip(&scores).enumerate() {

@@ -19,6 +19,7 @@ pub mod schema;
 pub mod score;
 mod source;
 pub mod stability;
+pub mod trace;
 pub mod writer;
 
 pub use error::RecordError;

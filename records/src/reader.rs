@@ -11,7 +11,9 @@ use hdf5::H5Type;
 use crate::digest::GroupChain;
 use crate::error::RecordError;
 use crate::schema::PRIMARY_FILE;
-use crate::schema::{attr, group_file, EpochRow, MonitorRow, TpeRow, TrialRow, TrialStatus};
+use crate::schema::{
+    attr, group_file, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, TrialStatus,
+};
 use crate::source::Source;
 
 /// The run attributes the scorer needs.
@@ -67,6 +69,8 @@ pub struct GroupRecords {
     pub epochs: Vec<EpochRow>,
     /// Monitor samples.
     pub monitor: Vec<MonitorRow>,
+    /// Traced spans (`--trace-steps`; none in schema 1).
+    pub trace: Vec<TraceRow>,
 }
 
 /// A run read back.
@@ -416,6 +420,11 @@ fn read_group(
         ranks,
         epochs,
         monitor: f.rows::<MonitorRow>("monitor")?,
+        trace: if version >= 2 {
+            f.rows::<TraceRow>("trace")?
+        } else {
+            Vec::new()
+        },
     })
 }
 

@@ -72,6 +72,30 @@ pub struct MonitorRow {
     pub host_mem_bytes: f64,
 }
 
+/// One traced span of a step on one rank (`group-<g>.h5`, dataset `trace`; rows only with
+/// `aiperf run --trace-steps N`). Diagnostics: not part of the score or of the digests.
+#[derive(H5Type, Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct TraceRow {
+    /// The rank within the group (0: the leader).
+    pub rank: u32,
+    /// Global model id.
+    pub model_id: u64,
+    /// Epoch within the trial (from 1).
+    pub epoch: u32,
+    /// Step within the epoch (from 0).
+    pub step: u32,
+    /// 0 data wait, 1 forward + backward (emulated: the wait), 2 a bucket's exchange,
+    /// 3 optimizer.
+    pub kind: u8,
+    /// The bucket, for an exchange.
+    pub bucket: u32,
+    /// Start, Unix seconds on the common clock.
+    pub start_s: f64,
+    /// End, Unix seconds on the common clock.
+    pub end_s: f64,
+}
+
 /// How a trial ended.
 #[derive(H5Type, Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

@@ -103,6 +103,8 @@ pub struct Score {
     pub trials_failed: usize,
     /// Epochs counted.
     pub epochs: usize,
+    /// Optimizer steps of the counted epochs (per exchange figures: all-reduce s / steps).
+    pub steps: u128,
     /// Best validation accuracy.
     pub best_accuracy: f64,
     /// Seconds of compute, summed over groups.
@@ -437,6 +439,7 @@ fn totals(run: &Run, counted: &[&EpochRow], duration_s: f64) -> Score {
         trials_stopped: trials_with(TrialStatus::Stopped),
         trials_failed: trials_with(TrialStatus::Failed),
         epochs: counted.len(),
+        steps: counted.iter().map(|e| u128::from(e.steps)).sum(),
         best_accuracy: 0.0,
         compute_s,
         allreduce_s,

@@ -10,8 +10,8 @@ use hdf5::{Dataset, Extent, File, H5Type};
 use crate::digest::{self, Digest, GroupChain};
 use crate::error::RecordError;
 use crate::schema::{
-    attr, group_file, EpochRow, MonitorRow, TpeRow, TrialRow, PRIMARY_FILE, RULES_VERSION,
-    SCHEMA_VERSION,
+    attr, group_file, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, PRIMARY_FILE,
+    RULES_VERSION, SCHEMA_VERSION,
 };
 
 /// Rows per chunk of every dataset.
@@ -272,6 +272,7 @@ pub struct GroupWriter {
     file: File,
     epochs: Dataset,
     monitor: Dataset,
+    trace: Dataset,
     group: u32,
     /// The chain's last digest and its rows.
     chain: Cell<(Digest, u64)>,
@@ -287,12 +288,14 @@ impl GroupWriter {
         write_attr(&file, &path, attr::ACCELERATORS, &accelerators)?;
         let epochs = table::<EpochRow>(&file, &path, "epochs")?;
         let monitor = table::<MonitorRow>(&file, &path, "monitor")?;
+        let trace = table::<TraceRow>(&file, &path, "trace")?;
         file.flush().map_err(h5(&path))?;
         Ok(GroupWriter {
             path,
             file,
             epochs,
             monitor,
+            trace,
             group,
             chain: Cell::new((digest::chain_seed(group), 0)),
         })
@@ -307,6 +310,7 @@ impl GroupWriter {
         let file = File::open_rw(&path).map_err(h5(&path))?;
         let epochs = file.dataset("epochs").map_err(h5(&path))?;
         let monitor = file.dataset("monitor").map_err(h5(&path))?;
+        let trace = file.dataset("trace").map_err(h5(&path))?;
         // The chain goes on from the last row written before the stop.
         let rows: Vec<EpochRow> = epochs.read_raw().map_err(h5(&path))?;
         let chain = (digest::last(group, &rows), rows.len() as u64);
@@ -315,6 +319,7 @@ impl GroupWriter {
             file,
             epochs,
             monitor,
+            trace,
             group,
             chain: Cell::new(chain),
         })
@@ -343,6 +348,14 @@ impl GroupWriter {
             epochs,
             digest: digest::hex(&last),
         }
+    }
+
+    /// Records traced spans (`--trace-steps`).
+    pub fn append_trace(&self, rows: &[TraceRow]) -> Result<(), RecordError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        append_rows(&self.file, &self.path, &self.trace, rows)
     }
 
     /// Records a monitor sample.

@@ -39,6 +39,8 @@ pub struct RunContext {
     pub seed: u64,
     /// Threads of each leader's search pool.
     pub search_threads: usize,
+    /// Steps of each epoch traced on every rank (`--trace-steps`; 0: none).
+    pub trace_steps: u32,
     /// A lock file that every leader on this machine holds while it searches (stand-in
     /// trainers: many groups share the cores, so one search runs at a time); `None`: none.
     pub search_lock: Option<PathBuf>,

@@ -174,6 +174,7 @@ fn context(
         kernel_sizes: p.kernel_sizes.clone(),
         seed: config.seed,
         search_threads: config.search_threads,
+        trace_steps: p.train.trace_steps,
         // Stand-in trainers put many groups on one machine's cores: one search at a time.
         search_lock: (config.trainer != TrainerKind::Real)
             .then(|| std::env::temp_dir().join("aiperf-search.lock")),
@@ -320,6 +321,7 @@ fn synthetic_trainer(
             images,
             exchange: p.train.exchange,
             seed: config.seed,
+            trace_steps: p.train.trace_steps,
         })
     } else {
         Box::new(SimulatedTrainer {

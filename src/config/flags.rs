@@ -61,6 +61,11 @@ pub struct RunFlags {
     /// [default: 26214400, DDP's 25 MiB].
     #[arg(long)]
     pub bucket_bytes: Option<u64>,
+    /// Trace the first N steps of every epoch on every rank (data wait, forward+backward,
+    /// each bucket's exchange, optimizer) into the records; `aiperf score --trace FILE`
+    /// exports them [default: 0, none].
+    #[arg(long, value_name = "N")]
+    pub trace_steps: Option<u32>,
     /// Ranks per replica group (default: one group per node).
     #[arg(long)]
     pub group_size: Option<usize>,
@@ -134,6 +139,7 @@ impl RunFlags {
             ("--precision", self.precision.is_some()),
             ("--exchange", self.exchange.is_some()),
             ("--bucket-bytes", self.bucket_bytes.is_some()),
+            ("--trace-steps", self.trace_steps.is_some()),
             ("--results", self.results.is_some()),
             ("--start", self.start.is_some()),
             ("--input", self.input.is_some()),

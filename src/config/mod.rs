@@ -223,6 +223,9 @@ impl RecordedConfig {
         if let Some(x) = f.precision {
             p.train.precision = x;
         }
+        if let Some(n) = f.trace_steps {
+            p.train.trace_steps = count_in("--trace-steps", n, 0, 1 << 20)?;
+        }
         if let Some(m) = f.exchange {
             p.train.exchange.method = m;
         }

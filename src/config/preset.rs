@@ -75,6 +75,7 @@ impl Preset {
             prefetch: 2,
             precision: Precision::Fp32,
             exchange: ExchangeConfig::default(),
+            trace_steps: 0,
         };
         match name {
             // Sized for `make run` on 2 CPU cores (mpirun -np 3: one group of two ranks):

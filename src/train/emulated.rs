@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 
-use super::exchange::{exchange, ExchangeConfig};
+use super::exchange::{exchange, unix_s, ExchangeConfig};
 use super::simulated::{SimDevice, SimTrial};
-use super::{EpochStats, TrainError, Trainer, TrialRun, TrialSpec};
+use super::{exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun, TrialSpec};
 use crate::ops::OpCount;
 
 /// The emulated trainer's settings.
@@ -27,6 +27,8 @@ pub struct EmulatedTrainer {
     pub exchange: ExchangeConfig,
     /// Seed of the synthetic accuracy's noise.
     pub seed: u64,
+    /// Steps of each epoch traced (`--trace-steps`).
+    pub trace_steps: u32,
 }
 
 /// One emulated trial on one rank.
@@ -43,6 +45,7 @@ struct EmuRun<'c> {
     grads: Vec<f32>,
     send: Vec<f32>,
     recv: Vec<f32>,
+    trace_steps: u32,
 }
 
 impl Trainer for EmulatedTrainer {
@@ -97,6 +100,7 @@ impl Trainer for EmulatedTrainer {
             grads: vec![1e-3; total],
             send: vec![0.0; total],
             recv: vec![0.0; total],
+            trace_steps: self.trace_steps,
         }))
     }
 
@@ -114,7 +118,12 @@ fn wait(seconds: f64) {
 
 impl EmuRun<'_> {
     /// One step's exchange with `stop` riding along; whether any rank raised it.
-    fn exchange(&mut self, stop: bool, stats: &mut EpochStats) -> Result<bool, TrainError> {
+    fn exchange(
+        &mut self,
+        step: u32,
+        stop: bool,
+        stats: &mut EpochStats,
+    ) -> Result<bool, TrainError> {
         let flag_at = self.grads.len() - 1;
         self.grads[flag_at] = f32::from(u8::from(stop));
         let (grads, pieces) = (&self.grads, &self.pieces);
@@ -123,7 +132,7 @@ impl EmuRun<'_> {
             dst.copy_from_slice(&grads[start..start + dst.len()]);
             Ok(())
         };
-        stats.allreduce_s += exchange(
+        let times = exchange(
             self.comm,
             &self.cfg,
             pieces,
@@ -131,6 +140,10 @@ impl EmuRun<'_> {
             &mut self.send,
             &mut self.recv,
         )?;
+        stats.allreduce_s += times.seconds;
+        if step < self.trace_steps {
+            stats.spans.extend(exchange_spans(step, &times.buckets));
+        }
         if self.comm.size() > 1 {
             stats.allreduce_bytes += (self.send.len() * 4) as u64;
         }
@@ -148,12 +161,17 @@ impl TrialRun for EmuRun<'_> {
         let mut stats = EpochStats::default();
         // The compute owed so far: a sleep's overshoot is taken off the next step's wait.
         let mut owed = 0.0;
-        for _ in 0..self.steps {
+        for step in 0..u32::try_from(self.steps).unwrap_or(u32::MAX) {
             let computing = Instant::now();
+            let computing_unix = unix_s();
             owed += self.step_s;
             wait(owed - stats.compute_s);
             stats.compute_s += computing.elapsed().as_secs_f64();
-            if self.exchange(stop(), &mut stats)? {
+            if step < self.trace_steps {
+                let span = Span::until_now(step, SpanKind::Compute, computing_unix);
+                stats.spans.push(span);
+            }
+            if self.exchange(step, stop(), &mut stats)? {
                 stats.abandoned = true;
                 stats.wall_s = began.elapsed().as_secs_f64();
                 return Ok(stats);

@@ -97,9 +97,26 @@ pub fn buckets(sizes: &[usize], cfg: &ExchangeConfig) -> Vec<Bucket> {
 /// What `fill` is asked for: write the values of `pieces` (concatenated) into the slice.
 pub type Fill<'f> = dyn FnMut(Range<usize>, &mut [f32]) -> Result<(), TrainError> + 'f;
 
+/// This machine's Unix time, seconds (the spans of a trace; ranks add their clock offset).
+pub fn unix_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// What one exchange took: seconds from the first fill to the last completion, and each
+/// bucket's (start, end) in Unix seconds — from the moment its reduction was started to the
+/// moment it was seen complete.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ExchangeTimes {
+    /// Wall seconds of the whole exchange.
+    pub seconds: f64,
+    /// Per bucket, in order.
+    pub buckets: Vec<(f64, f64)>,
+}
+
 /// Sums, over `comm`, the pieces of `sizes` elements that `fill` writes: on return `recv`
-/// holds the sums (`send` and `recv` hold Σ `sizes` elements). Returns the seconds from the
-/// first fill to the last completion. Every rank completes every collective even if its
+/// holds the sums (`send` and `recv` hold Σ `sizes` elements). Every rank completes every collective even if its
 /// `fill` fails (its values are then zeros and the error is returned after), so a failing
 /// rank never leaves the others waiting.
 pub fn exchange<C: Communicator>(
@@ -109,7 +126,7 @@ pub fn exchange<C: Communicator>(
     fill: &mut Fill<'_>,
     send: &mut [f32],
     recv: &mut [f32],
-) -> Result<f64, TrainError> {
+) -> Result<ExchangeTimes, TrainError> {
     let started = Instant::now();
     let mut failed = None;
     let mut fill_or_zero = |pieces: Range<usize>, dst: &mut [f32]| {
@@ -118,18 +135,23 @@ pub fn exchange<C: Communicator>(
             failed.get_or_insert(e);
         }
     };
-    match cfg.method {
+    let spans = match cfg.method {
         ExchangeMethod::ReduceBcast => {
             fill_or_zero(0..sizes.len(), send);
+            let t = unix_s();
             super::sync::reduce_broadcast(comm, send, recv);
+            vec![(t, unix_s())]
         }
         ExchangeMethod::Allreduce => {
             pipelined(comm, &buckets(sizes, cfg), &mut fill_or_zero, send, recv)
         }
-    }
+    };
     match failed {
         Some(e) => Err(e),
-        None => Ok(started.elapsed().as_secs_f64()),
+        None => Ok(ExchangeTimes {
+            seconds: started.elapsed().as_secs_f64(),
+            buckets: spans,
+        }),
     }
 }
 
@@ -142,30 +164,47 @@ fn pipelined<C: Communicator>(
     fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
     send: &mut [f32],
     recv: &mut [f32],
-) {
+) -> Vec<(f64, f64)> {
     if let [only] = buckets {
         fill(only.pieces.clone(), send);
+        let t = unix_s();
         comm.all_reduce_into(&send[..], recv, SystemOperation::sum());
-        return;
+        return vec![(t, unix_s())];
     }
+    let mut spans = vec![(0.0, 0.0); buckets.len()];
     mpi::request::scope(|scope| {
+        // (bucket index, its request) of the reductions still running.
         let mut pending = Vec::with_capacity(buckets.len());
         let (mut s_rest, mut r_rest) = (send, recv);
-        for b in buckets {
+        for (i, b) in buckets.iter().enumerate() {
             let (s, s_tail) = std::mem::take(&mut s_rest).split_at_mut(b.elems);
             let (r, r_tail) = std::mem::take(&mut r_rest).split_at_mut(b.elems);
             (s_rest, r_rest) = (s_tail, r_tail);
             fill(b.pieces.clone(), s);
             pending = pending
                 .into_iter()
-                .filter_map(|q: mpi::request::Request<'_, [f32], _>| q.test().err())
+                .filter_map(
+                    |(k, q): (usize, mpi::request::Request<'_, [f32], _>)| match q.test() {
+                        Ok(_) => {
+                            spans[k].1 = unix_s();
+                            None
+                        }
+                        Err(q) => Some((k, q)),
+                    },
+                )
                 .collect();
-            pending.push(comm.immediate_all_reduce_into(scope, &*s, r, SystemOperation::sum()));
+            spans[i].0 = unix_s();
+            pending.push((
+                i,
+                comm.immediate_all_reduce_into(scope, &*s, r, SystemOperation::sum()),
+            ));
         }
-        for q in pending {
+        for (k, q) in pending {
             q.wait_without_status();
+            spans[k].1 = unix_s();
         }
     });
+    spans
 }
 
 #[cfg(test)]

@@ -24,9 +24,65 @@ pub use sync::{
 };
 pub use trainer::{Precision, RealTrainer, TrainConfig, TrialSpec, TrialTrainer};
 
+/// What a traced span of a step was (`aiperf run --trace-steps`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[repr(u8)]
+pub enum SpanKind {
+    /// Waiting for the loader's batch.
+    DataWait = 0,
+    /// Forward and backward (the emulated trainer: its wait).
+    Compute = 1,
+    /// One bucket's reduction.
+    Exchange = 2,
+    /// The optimizer's update.
+    Optimizer = 3,
+}
+
+/// One traced span of a step on this rank, in Unix seconds of this machine.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Span {
+    /// The step (from 0).
+    pub step: u32,
+    /// What it was.
+    pub kind: SpanKind,
+    /// The bucket, for an exchange (else 0).
+    pub bucket: u32,
+    /// Start.
+    pub start_s: f64,
+    /// End.
+    pub end_s: f64,
+}
+
+impl Span {
+    /// A span of `kind` from `start_s` to now.
+    pub fn until_now(step: u32, kind: SpanKind, start_s: f64) -> Span {
+        Span {
+            step,
+            kind,
+            bucket: 0,
+            start_s,
+            end_s: exchange::unix_s(),
+        }
+    }
+}
+
+/// The exchange spans of one step's buckets.
+pub fn exchange_spans(step: u32, buckets: &[(f64, f64)]) -> impl Iterator<Item = Span> + '_ {
+    buckets
+        .iter()
+        .enumerate()
+        .map(move |(b, &(start_s, end_s))| Span {
+            step,
+            kind: SpanKind::Exchange,
+            bucket: b as u32,
+            start_s,
+            end_s,
+        })
+}
+
 /// What one epoch of a trial did, the same on every rank of the group except for the time
-/// split, which is this rank's.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+/// split and the spans, which are this rank's.
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct EpochStats {
     /// Training images of the epoch over the group (optimizer steps × global batch).
     pub train_images: u64,
@@ -56,6 +112,8 @@ pub struct EpochStats {
     /// The loss or the gradients became non-finite and stayed so (fp32: at once; fp16: the
     /// loss scale fell to its floor): the epoch does not count and the trial fails.
     pub non_finite: bool,
+    /// The first `--trace-steps` steps' spans (empty unless traced).
+    pub spans: Vec<Span>,
 }
 
 /// One trial being trained on this rank of a group.

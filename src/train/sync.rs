@@ -14,7 +14,7 @@ use super::exchange::{exchange, ExchangeConfig};
 use super::TrainError;
 
 /// What one exchange cost.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct SyncStats {
     /// Bytes sent by this rank (the bucket, once).
     pub bytes: u64,
@@ -22,6 +22,8 @@ pub struct SyncStats {
     pub seconds: f64,
     /// Whether every exchanged value's sum is finite (the same on every rank).
     pub finite: bool,
+    /// Each bucket's (start, end), Unix seconds (for `--trace-steps`).
+    pub buckets: Vec<(f64, f64)>,
 }
 
 /// Every variable of `vs` (parameters and buffers) in name order: the VarStore's map
@@ -98,7 +100,7 @@ fn weighted_sum<C: Communicator>(
         }
         Ok(())
     };
-    let seconds = exchange(comm, cfg, &sizes, &mut fill, bucket, reduced)?;
+    let times = exchange(comm, cfg, &sizes, &mut fill, bucket, reduced)?;
     let mut offset = 0;
     tch::no_grad(|| -> Result<(), TrainError> {
         for (t, &n) in tensors.iter().zip(&sizes) {
@@ -114,7 +116,8 @@ fn weighted_sum<C: Communicator>(
     Ok((
         SyncStats {
             bytes: (sent * std::mem::size_of::<f32>()) as u64,
-            seconds,
+            seconds: times.seconds,
+            buckets: times.buckets,
             // The sum is the same on every rank, so is this verdict.
             finite: reduced[..values].iter().all(|x| x.is_finite()),
         },

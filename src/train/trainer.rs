@@ -17,11 +17,13 @@ use serde::{Deserialize, Serialize};
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
-use super::exchange::ExchangeConfig;
+use super::exchange::{unix_s, ExchangeConfig};
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
 use super::sync::{all_variables, float_buffers, sync_gradients_with_flag};
-use super::{average_buffers, EpochStats, TrainError, Trainer, TrialRun};
+use super::{
+    average_buffers, exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun,
+};
 use crate::arch::Graph;
 use crate::data::{Augment, Loader, LoaderConfig, Pack};
 use crate::model::Net;
@@ -81,6 +83,9 @@ pub struct TrainConfig {
     /// The gradient exchange (`--exchange`, `--bucket-bytes`; DDP-like buckets by default).
     #[serde(default)]
     pub exchange: ExchangeConfig,
+    /// Steps of each epoch whose spans are traced on every rank (`--trace-steps`; 0: none).
+    #[serde(default)]
+    pub trace_steps: u32,
 }
 
 /// What every rank of the group trains in one trial.
@@ -326,16 +331,21 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let mut batches = self.train.epoch(u64::from(epoch - 1));
         for step in 0..steps {
             let waited = Instant::now();
+            let waited_unix = unix_s();
             let batch = batches
                 .next()
                 .ok_or_else(|| TrainError::Config("the loader ended an epoch early".into()))?;
             let (x, y) = batch.to_tensors(self.device)?;
             stats.data_wait_s += waited.elapsed().as_secs_f64();
-            let weight = batch.len() as f32 / batch.global_size as f32;
             let step_u32 = u32::try_from(step).unwrap_or(u32::MAX);
+            if step_u32 < self.cfg.trace_steps {
+                let span = Span::until_now(step_u32, SpanKind::DataWait, waited_unix);
+                stats.spans.push(span);
+            }
+            let weight = batch.len() as f32 / batch.global_size as f32;
             self.opt
                 .set_lr(self.schedule.lr(epoch - 1, step_u32, steps_u32));
-            match self.step(&x, &y, weight, stop(), &mut stats)? {
+            match self.step(&x, &y, (weight, step_u32), stop(), &mut stats)? {
                 Step::Applied(loss) => {
                     loss_sum += loss;
                     applied += 1;
@@ -390,11 +400,13 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         &mut self,
         x: &Tensor,
         y: &Tensor,
-        weight: f32,
+        (weight, step): (f32, u32),
         stop: bool,
         stats: &mut EpochStats,
     ) -> Result<Step, TrainError> {
+        let traced = step < self.cfg.trace_steps;
         let computing = Instant::now();
+        let computing_unix = unix_s();
         let fp16 = self.cfg.precision == Precision::Fp16;
         let smoothing = self.cfg.label_smoothing;
         self.opt.zero_grad();
@@ -417,6 +429,10 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let step_loss = loss.f_double_value(&[])? * f64::from(weight);
         synchronize(self.device);
         stats.compute_s += computing.elapsed().as_secs_f64();
+        if traced {
+            let span = Span::until_now(step, SpanKind::Compute, computing_unix);
+            stats.spans.push(span);
+        }
         let (s, abandon) = sync_gradients_with_flag(
             self.comm,
             &self.cfg.exchange,
@@ -428,6 +444,9 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         )?;
         stats.allreduce_s += s.seconds;
         stats.allreduce_bytes += s.bytes;
+        if traced {
+            stats.spans.extend(exchange_spans(step, &s.buckets));
+        }
         if abandon {
             return Ok(Step::Abandoned);
         }
@@ -438,9 +457,14 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             _ => {}
         }
         let updating = Instant::now();
+        let updating_unix = unix_s();
         self.opt.step();
         synchronize(self.device);
         stats.compute_s += updating.elapsed().as_secs_f64();
+        if traced {
+            let span = Span::until_now(step, SpanKind::Optimizer, updating_unix);
+            stats.spans.push(span);
+        }
         Ok(Step::Applied(step_loss))
     }
 

@@ -58,6 +58,14 @@ pub enum GroupError {
     /// The generator failed.
     #[error("architecture generator: {0}")]
     Generator(String),
+    /// A rank's traced spans did not arrive whole.
+    #[error("rank {rank} of the group sent an unreadable trace: {message}")]
+    Trace {
+        /// The rank within the group.
+        rank: usize,
+        /// What was wrong.
+        message: String,
+    },
     /// The records folder could not be created.
     #[error("creating {path}: {source}")]
     Folder {

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use aiperf_records::schema::EpochRow;
+use aiperf_records::schema::{EpochRow, TraceRow};
 use aiperf_records::writer::GroupWriter;
 use mpi::collective::{CommunicatorCollectives, Root};
 use mpi::topology::SimpleCommunicator;
@@ -14,7 +14,7 @@ use mpi::traits::Communicator;
 use super::GroupError;
 use crate::cluster::protocol::{ToGroup, ToPrimary};
 use crate::cluster::run::RunContext;
-use crate::cluster::transport::ask;
+use crate::cluster::transport::{all_gather_strings, ask};
 use crate::monitor::Monitor;
 use crate::ops::OpCount;
 use crate::train::schedule::{patience, EarlyStopping};
@@ -95,6 +95,9 @@ pub fn run_trial<C: Communicator>(
         // reaches every rank inside the gradient exchange, so the group stops together.
         let e = run.epoch(epoch, &|| lead.is_some() && ctx.over())?;
         out.busy_s += e.compute_s + e.allreduce_s;
+        if ctx.trace_steps > 0 {
+            gather_trace(comm, ctx, lead.map(|l| l.writer), (id, epoch), &e.spans)?;
+        }
         if !e.abandoned && !e.non_finite && !replicas_agree(comm, run.as_ref()) {
             return Err(GroupError::Diverged {
                 model_id: id.model_id,
@@ -183,6 +186,57 @@ fn lead_verdict<C: Communicator>(
     } else {
         GO_ON
     })
+}
+
+/// Collective over the group: every rank's spans of this epoch, on the common clock, to the
+/// leader, which records them (`--trace-steps`).
+fn gather_trace(
+    comm: &SimpleCommunicator,
+    ctx: &RunContext,
+    writer: Option<&GroupWriter>,
+    (id, epoch): (TrialId, u32),
+    spans: &[crate::train::Span],
+) -> Result<(), GroupError> {
+    let offset = ctx.clock.offset_s;
+    let mine: Vec<(u32, u8, u32, f64, f64)> = spans
+        .iter()
+        .map(|s| {
+            (
+                s.step,
+                s.kind as u8,
+                s.bucket,
+                s.start_s - offset,
+                s.end_s - offset,
+            )
+        })
+        .collect();
+    let all = all_gather_strings(comm, &serde_json::to_string(&mine).expect("plain data"));
+    let Some(writer) = writer else {
+        return Ok(());
+    };
+    let mut rows = Vec::new();
+    for (rank, text) in all.iter().enumerate() {
+        let theirs: Vec<(u32, u8, u32, f64, f64)> =
+            serde_json::from_str(text).map_err(|e| GroupError::Trace {
+                rank,
+                message: e.to_string(),
+            })?;
+        rows.extend(
+            theirs
+                .into_iter()
+                .map(|(step, kind, bucket, start_s, end_s)| TraceRow {
+                    rank: rank as u32,
+                    model_id: id.model_id,
+                    epoch,
+                    step,
+                    kind,
+                    bucket,
+                    start_s,
+                    end_s,
+                }),
+        );
+    }
+    Ok(writer.append_trace(&rows)?)
 }
 
 /// Whether every rank of the group holds the same parameters (collective when the trainer
