@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary clean
+.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary weak-scaling clean
 
 all: build
 
@@ -47,3 +47,6 @@ bench-comm: build
 
 bench-primary: build
 	scripts/bench-primary
+
+weak-scaling: build
+	scripts/weak-scaling

@@ -30,7 +30,8 @@ pub struct ScoreArgs {
     /// Also write the timelines as CSV to this file.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
-    /// Also write plots (SVG, PNG) and an HTML page per run into this folder.
+    /// Also write plots (SVG, PNG) and an HTML page per run into this folder (with
+    /// `--scaling`, also `scaling.svg`/`.png`: efficiency by accelerators).
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
     /// Weak-scaling table over the runs given (accelerators, score, per accelerator,
@@ -63,6 +64,11 @@ pub fn run(args: &ScoreArgs) -> anyhow::Result<()> {
     }
     if args.scaling {
         print!("{}", report::scaling(&scores));
+        if let Some(out) = &args.report {
+            for f in plots::write_scaling(out, &scores).map_err(anyhow::Error::msg)? {
+                eprintln!("scaling plot: {}", f.display());
+            }
+        }
     } else if args.json {
         println!("{}", serde_json::to_string_pretty(&scores)?);
     } else {

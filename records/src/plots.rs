@@ -398,6 +398,86 @@ fn draw_utilisation<DB: DrawingBackend>(
     area.present().map_err(e)
 }
 
+/// The weak-scaling plot over `scores` (`aiperf score --scaling --report DIR`): efficiency
+/// (OPS per accelerator against the smallest run's) by accelerators, ideal at 1.
+fn draw_scaling<DB: DrawingBackend>(
+    scores: &[Score],
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+) -> Result<(), String> {
+    let mut rows: Vec<&Score> = scores.iter().collect();
+    rows.sort_by_key(|s| s.accelerators);
+    let base = rows.first().map_or(0.0, |s| s.ops_per_s_per_accelerator);
+    let pts: Vec<(f64, f64)> = rows
+        .iter()
+        .map(|s| {
+            let eff = if base > 0.0 {
+                s.ops_per_s_per_accelerator / base
+            } else {
+                0.0
+            };
+            (f64::from(s.accelerators), eff)
+        })
+        .collect();
+    let x_max = pts.iter().map(|p| p.0).fold(1.0, f64::max) * 1.1;
+    let y_max = pts.iter().map(|p| p.1).fold(1.0, f64::max) * 1.15;
+    area.fill(&WHITE).map_err(e)?;
+    let mut chart = ChartBuilder::on(area)
+        .caption(
+            "Weak scaling: OPS per accelerator vs the smallest run",
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..x_max, 0.0..y_max)
+        .map_err(e)?;
+    chart
+        .configure_mesh()
+        .x_desc("accelerators")
+        .y_desc("efficiency")
+        .draw()
+        .map_err(e)?;
+    chart
+        .draw_series(std::iter::once(PathElement::new(
+            [(0.0, 1.0), (x_max, 1.0)],
+            RGBColor(120, 120, 120).stroke_width(1),
+        )))
+        .map_err(e)?;
+    chart
+        .draw_series(LineSeries::new(pts.clone(), BLUE.stroke_width(2)))
+        .map_err(e)?;
+    chart
+        .draw_series(pts.iter().map(|&p| Circle::new(p, 5, BLUE.filled())))
+        .map_err(e)?;
+    let labels = rows.iter().zip(&pts).map(|(s, &(x, y))| {
+        Text::new(
+            format!("{:.2} ({} nodes)", y, s.nodes),
+            (x, y + 0.03 * y_max),
+            ("sans-serif", 13).into_font(),
+        )
+    });
+    chart.draw_series(labels).map_err(e)?;
+    area.present().map_err(e)
+}
+
+/// Writes `scaling.svg` and `scaling.png` into `dir`; returns them.
+pub fn write_scaling(dir: &Path, scores: &[Score]) -> Result<Vec<PathBuf>, String> {
+    font().as_ref().map_err(Clone::clone)?;
+    std::fs::create_dir_all(dir).map_err(|err| format!("{}: {err}", dir.display()))?;
+    let (svg, png) = (dir.join("scaling.svg"), dir.join("scaling.png"));
+    draw_scaling(
+        scores,
+        &SVGBackend::new(&svg, (900, 450)).into_drawing_area(),
+    )
+    .map_err(|err| format!("{}: {err}", svg.display()))?;
+    draw_scaling(
+        scores,
+        &BitMapBackend::new(&png, (900, 450)).into_drawing_area(),
+    )
+    .map_err(|err| format!("{}: {err}", png.display()))?;
+    Ok(vec![svg, png])
+}
+
 /// Writes the report for `run` into `dir`: the plots (when a font is available) and
 /// `index.html`. Returns the files written and any warning.
 pub fn write_report(

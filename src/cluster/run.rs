@@ -147,14 +147,7 @@ pub fn run_primary(
     let outcome = primary::serve(world, &mut p, &serve_cfg)?;
     let chains = p.chains();
     let digest = p.into_sink().finish(outcome.end_s, &chains)?;
-    log::info!(
-        "run digest {} ({} group chain(s), {} epoch rows): check the records later with `aiperf score {} --digest {}`",
-        aiperf_records::digest::hex(&digest),
-        chains.len(),
-        chains.iter().map(|c| c.epochs).sum::<u64>(),
-        ctx.results.display(),
-        aiperf_records::digest::hex(&digest)
-    );
+    log_run_digest(&digest, &chains, &ctx.results);
     if outcome.stalled.is_empty() {
         return Ok(());
     }
@@ -164,6 +157,21 @@ pub fn run_primary(
         config.intervals.stall_timeout_s,
         ctx.results.display()
     )
+}
+
+/// Rank 0's closing line: the run digest a reviewer checks the records against later.
+fn log_run_digest(
+    digest: &aiperf_records::digest::Digest,
+    chains: &[aiperf_records::digest::GroupChain],
+    results: &std::path::Path,
+) {
+    let hex = aiperf_records::digest::hex(digest);
+    log::info!(
+        "run digest {hex} ({} group chain(s), {} epoch rows): check the records later with `aiperf score {} --digest {hex}`",
+        chains.len(),
+        chains.iter().map(|c| c.epochs).sum::<u64>(),
+        results.display(),
+    );
 }
 
 /// The search as this build carries it out, from the functions it runs: the algorithms'

@@ -181,6 +181,55 @@ fn operational(f: &RunFlags, base: Intervals) -> Result<Intervals, ConfigError> 
     })
 }
 
+/// The flags that change how every trial trains: precision, tracing, the exchange.
+fn training_overrides(t: &mut crate::train::TrainConfig, f: &RunFlags) -> Result<(), ConfigError> {
+    if let Some(x) = f.precision {
+        t.precision = x;
+    }
+    if let Some(n) = f.trace_steps {
+        t.trace_steps = count_in("--trace-steps", n, 0, 1 << 20)?;
+    }
+    if let Some(m) = f.exchange {
+        t.exchange.method = m;
+    }
+    if let Some(b) = f.bucket_bytes {
+        let b = count_in("--bucket-bytes", b, 4, 1 << 34)?;
+        t.exchange.bucket_bytes = b;
+        t.exchange.first_bucket_bytes = b.min(DEFAULT_FIRST_BUCKET_BYTES);
+    }
+    Ok(())
+}
+
+/// The simulated and emulated trainers' settings (recorded for every run).
+fn sim_settings(f: &RunFlags) -> Result<SimSettings, ConfigError> {
+    let input = f.input.unwrap_or(Shape::new(3, 32, 32));
+    Ok(SimSettings {
+        ops: match (f.emulated_ops, f.trainer) {
+            (Some(_), t) if t != Some(TrainerKind::Emulated) => return Err(flag_err(
+                "--emulated-ops",
+                "applies to --trainer emulated only (the simulated trainer's speed is --sim-ops)",
+            )),
+            (Some(o), _) => in_range("--emulated-ops", o, 1.0, 1e21, " ops/s")?,
+            (None, _) => in_range("--sim-ops", f.sim_ops.unwrap_or(1e13), 1.0, 1e21, " ops/s")?,
+        },
+        train_images: count_in(
+            "--sim-train-images",
+            f.sim_train_images.unwrap_or(50_000),
+            1,
+            1 << 40,
+        )?,
+        val_images: count_in(
+            "--sim-val-images",
+            f.sim_val_images.unwrap_or(10_000),
+            1,
+            1 << 40,
+        )?,
+        speedup: in_range("--speedup", f.speedup.unwrap_or(100.0), 1e-3, 1e9, "")?,
+        input: format!("{}x{}x{}", input.h, input.w, input.c),
+        classes: count_in("--classes", f.classes.unwrap_or(10), 1, 1 << 20)?,
+    })
+}
+
 /// The defaults of the interval flags.
 pub const DEFAULT_INTERVALS: Intervals = Intervals {
     status_s: 60.0,
@@ -220,52 +269,12 @@ impl RecordedConfig {
             }
             p.batch_size = (lo, hi);
         }
-        if let Some(x) = f.precision {
-            p.train.precision = x;
-        }
-        if let Some(n) = f.trace_steps {
-            p.train.trace_steps = count_in("--trace-steps", n, 0, 1 << 20)?;
-        }
-        if let Some(m) = f.exchange {
-            p.train.exchange.method = m;
-        }
-        if let Some(b) = f.bucket_bytes {
-            let b = count_in("--bucket-bytes", b, 4, 1 << 34)?;
-            p.train.exchange.bucket_bytes = b;
-            p.train.exchange.first_bucket_bytes = b.min(DEFAULT_FIRST_BUCKET_BYTES);
-        }
+        training_overrides(&mut p.train, f)?;
         if let Some(i) = f.score_interval {
             p.score_interval_s = in_range("--score-interval", i, 1e-3, MAX_DURATION_S, " seconds")?;
         }
         p.validate().map_err(ConfigError::Override)?;
-        let input = f.input.unwrap_or(Shape::new(3, 32, 32));
-        let sim = SimSettings {
-            ops: match (f.emulated_ops, f.trainer) {
-                (Some(_), t) if t != Some(TrainerKind::Emulated) => {
-                    return Err(flag_err(
-                        "--emulated-ops",
-                        "applies to --trainer emulated only (the simulated trainer's speed is --sim-ops)",
-                    ))
-                }
-                (Some(o), _) => in_range("--emulated-ops", o, 1.0, 1e21, " ops/s")?,
-                (None, _) => in_range("--sim-ops", f.sim_ops.unwrap_or(1e13), 1.0, 1e21, " ops/s")?,
-            },
-            train_images: count_in(
-                "--sim-train-images",
-                f.sim_train_images.unwrap_or(50_000),
-                1,
-                1 << 40,
-            )?,
-            val_images: count_in(
-                "--sim-val-images",
-                f.sim_val_images.unwrap_or(10_000),
-                1,
-                1 << 40,
-            )?,
-            speedup: in_range("--speedup", f.speedup.unwrap_or(100.0), 1e-3, 1e9, "")?,
-            input: format!("{}x{}x{}", input.h, input.w, input.c),
-            classes: count_in("--classes", f.classes.unwrap_or(10), 1, 1 << 20)?,
-        };
+        let sim = sim_settings(f)?;
         let search_threads = f.search_threads.unwrap_or(1);
         count_in(
             "--search-threads",
