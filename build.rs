@@ -1,10 +1,32 @@
 //! Link-time settings for the `aiperf` binary: an rpath to libtorch, so that the binary starts
 //! without LD_LIBRARY_PATH, and a forced link of libtorch_cuda when the libtorch has CUDA
-//! (the linker's --as-needed would otherwise drop it and CUDA would read as unavailable).
+//! (the linker's --as-needed would otherwise drop it and CUDA would read as unavailable);
+//! and the C shim that gives Rust `MPI_IN_PLACE`, compiled against the MPI headers that
+//! rsmpi's build found (the same probe: `MPICC`, `mpicc`, pkg-config).
 
 use std::path::Path;
 
+/// Compiles `src/train/mpi_in_place.c` against the MPI headers.
+fn mpi_shim() {
+    println!("cargo:rerun-if-changed=src/train/mpi_in_place.c");
+    println!("cargo:rerun-if-env-changed=MPICC");
+    let mpi = build_probe_mpi::probe().unwrap_or_else(|errors| {
+        panic!(
+            "MPI not found for the MPI_IN_PLACE shim ({}): install an MPI (Debian: libopenmpi-dev) or set MPICC",
+            errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")
+        )
+    });
+    let mut build = cc::Build::new();
+    for dir in &mpi.include_paths {
+        build.include(dir);
+    }
+    build
+        .file("src/train/mpi_in_place.c")
+        .compile("aiperf_mpi_shim");
+}
+
 fn main() {
+    mpi_shim();
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
         println!("cargo:warning=torch-sys did not export DEP_TCH_LIBTORCH_LIB; the binary will need LD_LIBRARY_PATH");

@@ -75,12 +75,19 @@ fn ranks_stay_bit_identical_and_match_one_process() {
 
 #[test]
 fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
-    // The pipelined all-reduce with buckets of 4 KiB (many buckets, non-blocking), one
-    // bucket (blocking all-reduce), and the reduce + broadcast fallback: identical ranks,
-    // the same bytes, and the same training up to summation order.
+    // Buckets of 4 KiB reduced one by one and pipelined (non-blocking), one bucket, and
+    // the reduce + broadcast fallback: identical ranks, the same bytes, and the same
+    // training up to summation order.
     for np in [2, 3] {
         let runs: Vec<serde_json::Value> = [
             &["--frozen-bn", "--bucket-bytes", "4096"][..],
+            &[
+                "--frozen-bn",
+                "--bucket-bytes",
+                "4096",
+                "--exchange",
+                "allreduce-pipelined",
+            ][..],
             &["--frozen-bn"][..],
             &["--frozen-bn", "--exchange", "reduce-bcast"][..],
         ]
@@ -91,7 +98,7 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
             assert_eq!(r["identical"], true, "np={np}: {r}");
             assert_eq!(r["bytes_per_step"], runs[0]["bytes_per_step"]);
             let (a, b) = (
-                runs[2]["param_sum"].as_f64().unwrap(),
+                runs[3]["param_sum"].as_f64().unwrap(),
                 r["param_sum"].as_f64().unwrap(),
             );
             assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{a} vs {b}");

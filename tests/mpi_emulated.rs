@@ -40,7 +40,18 @@ fn emulated_groups_exchange_their_real_parameter_counts() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
     // Two groups of two ranks; small buckets so the pipelined path runs.
-    let log = emulated(5, &dir, &["--group-size", "2", "--bucket-bytes", "65536"]);
+    let log = emulated(
+        5,
+        &dir,
+        &[
+            "--group-size",
+            "2",
+            "--bucket-bytes",
+            "65536",
+            "--exchange",
+            "allreduce-pipelined",
+        ],
+    );
     assert!(
         log.contains("exchanged sums bit-identical on all 2 ranks"),
         "{log}"

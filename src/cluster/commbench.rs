@@ -1,23 +1,25 @@
 //! `aiperf comm-bench`: the interconnect profile. Sweeps message sizes and times, over a
 //! communicator, a raw `MPI_Allreduce` (`allreduce`), the training's exchange code path —
-//! buckets, pipelining, the copy in from tensors' memory and all (`exchange`) — and the
-//! reduce + broadcast fallback (`reduce+bcast`), reporting per size the time, algorithm bandwidth (bytes / time) and bus bandwidth
+//! buckets, the copy in from tensors' memory and all (`exchange`; `exchange-pipelined` with
+//! non-blocking reductions) — and the reduce + broadcast fallback (`reduce+bcast`),
+//! reporting per size the time, algorithm bandwidth (bytes / time) and bus bandwidth
 //! (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as nccl-tests
 //! define it), so interconnects and the training exchange can be compared.
 
 use std::time::Instant;
 
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
-use mpi::traits::Communicator;
 use serde::Serialize;
 
 use crate::train::exchange::{exchange, ExchangeConfig, ExchangeMethod};
+use crate::train::inplace::RawComm;
 
 /// One size of the sweep for one method, the same on every rank.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CommRow {
-    /// What was timed: `allreduce` (a raw MPI_Allreduce), `exchange` (the training's exchange)
-    /// or `reduce+bcast` (its fallback).
+    /// What was timed: `allreduce` (a raw MPI_Allreduce), `exchange` (the training's default
+    /// exchange), `exchange-pipelined` (`--exchange allreduce-pipelined`) or `reduce+bcast`
+    /// (the fallback).
     pub method: &'static str,
     /// Ranks in the communicator.
     pub ranks: usize,
@@ -50,9 +52,10 @@ fn pieces(elems: usize) -> Vec<usize> {
     out
 }
 
-/// One operation of `method` on `send` into `recv` (the exchange copies `src` in first, as
-/// training copies gradients out of their tensors).
-fn operate<C: Communicator>(
+/// One operation of `method`: the raw all-reduce from `send` into `recv`; the exchange (and
+/// its fallback) in place on `recv`, after copying `src` in, as training copies gradients
+/// out of their tensors.
+fn operate<C: RawComm>(
     comm: &C,
     method: &str,
     cfg: &ExchangeConfig,
@@ -67,17 +70,17 @@ fn operate<C: Communicator>(
         Ok(())
     };
     let cfg = ExchangeConfig {
-        method: if method == "reduce+bcast" {
-            ExchangeMethod::ReduceBcast
-        } else {
-            ExchangeMethod::Allreduce
+        method: match method {
+            "reduce+bcast" => ExchangeMethod::ReduceBcast,
+            "exchange-pipelined" => ExchangeMethod::AllreducePipelined,
+            _ => ExchangeMethod::Allreduce,
         },
         ..*cfg
     };
     match method {
         "allreduce" => comm.all_reduce_into(&send[..], recv, SystemOperation::sum()),
         _ => {
-            exchange(comm, &cfg, &sizes, &mut fill, send, recv).expect("a copy cannot fail");
+            exchange(comm, &cfg, &sizes, &mut fill, recv).expect("a copy cannot fail");
         }
     }
 }
@@ -85,7 +88,7 @@ fn operate<C: Communicator>(
 /// Times `iters` operations of each method for each size in `sizes` (bytes, rounded down to
 /// f32 elements) after `warmup` untimed ones; collective over `comm`. The methods take
 /// turns within each size, so a drift of the machine's speed hits them alike.
-pub fn sweep<C: Communicator>(
+pub fn sweep<C: RawComm>(
     comm: &C,
     sizes: &[u64],
     iters: usize,
@@ -93,14 +96,19 @@ pub fn sweep<C: Communicator>(
     cfg: &ExchangeConfig,
 ) -> Vec<CommRow> {
     let n = comm.size() as usize;
-    let methods = ["allreduce", "exchange", "reduce+bcast"];
+    let methods = [
+        "allreduce",
+        "exchange",
+        "exchange-pipelined",
+        "reduce+bcast",
+    ];
     let mut rows = Vec::new();
     for &bytes in sizes {
         let elems = (bytes / 4).max(1) as usize;
         let src = vec![1f32; elems];
         let mut send = vec![1f32; elems];
         let mut recv = vec![0f32; elems];
-        let mut spent = [0f64; 3];
+        let mut spent = [0f64; 4];
         for _ in 0..warmup {
             for m in methods {
                 operate(comm, m, cfg, &src, &mut send, &mut recv);

@@ -8,7 +8,6 @@
 use std::hash::{Hash, Hasher};
 
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
-use mpi::traits::Communicator;
 use serde::Serialize;
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Tensor};
@@ -51,7 +50,7 @@ pub(super) fn params_hash(vs: &nn::VarStore) -> u64 {
 /// With `frozen_bn`, batch norm uses its running statistics instead of each shard's batch
 /// statistics, so the group's update equals the single-process one on the global batch (up
 /// to summation order) — the check that the gradient weighting is right.
-pub fn dp_check<C: Communicator>(
+pub fn dp_check<C: super::inplace::RawComm>(
     comm: &C,
     steps: u32,
     frozen_bn: bool,
@@ -77,7 +76,7 @@ pub fn dp_check<C: Communicator>(
     .build(&vs, 0.05)?;
     let vars = vs.trainable_variables();
     let buffers = float_buffers(&vs);
-    let (mut bucket, mut reduced) = (Vec::new(), Vec::new());
+    let mut buf = Vec::new();
     let global = 13usize;
     let (mut losses, mut identical, mut bytes) = (Vec::new(), true, 0);
     for step in 0..i64::from(steps) {
@@ -92,9 +91,9 @@ pub fn dp_check<C: Communicator>(
             .cross_entropy_for_logits(&y.narrow(0, start, len));
         loss.backward();
         let weight = mine.len() as f32 / global as f32;
-        bytes = sync_gradients(comm, cfg, &vars, weight, &mut bucket, &mut reduced)?.bytes;
+        bytes = sync_gradients(comm, cfg, &vars, weight, &mut buf)?.bytes;
         opt.step();
-        average_buffers(comm, cfg, &buffers, weight, &mut bucket, &mut reduced)?;
+        average_buffers(comm, cfg, &buffers, weight, &mut buf)?;
         let local = [loss.f_double_value(&[])? * f64::from(weight)];
         let mut total = [0f64];
         comm.all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());

@@ -43,8 +43,8 @@ struct EmuRun<'c> {
     /// Parameters per layer, in backward order, and the stop flag's 1 element last.
     pieces: Vec<usize>,
     grads: Vec<f32>,
-    send: Vec<f32>,
-    recv: Vec<f32>,
+    /// The exchange's buffer (the sums after each step).
+    buf: Vec<f32>,
     trace_steps: u32,
 }
 
@@ -98,8 +98,7 @@ impl Trainer for EmulatedTrainer {
             pieces,
             // Small, finite "gradients": the sums are checked as in training.
             grads: vec![1e-3; total],
-            send: vec![0.0; total],
-            recv: vec![0.0; total],
+            buf: vec![0.0; total],
             trace_steps: self.trace_steps,
         }))
     }
@@ -132,25 +131,18 @@ impl EmuRun<'_> {
             dst.copy_from_slice(&grads[start..start + dst.len()]);
             Ok(())
         };
-        let times = exchange(
-            self.comm,
-            &self.cfg,
-            pieces,
-            &mut fill,
-            &mut self.send,
-            &mut self.recv,
-        )?;
+        let times = exchange(self.comm, &self.cfg, pieces, &mut fill, &mut self.buf)?;
         stats.allreduce_s += times.seconds;
         if step < self.trace_steps {
             stats.spans.extend(exchange_spans(step, &times.buckets));
         }
         if self.comm.size() > 1 {
-            stats.allreduce_bytes += (self.send.len() * 4) as u64;
+            stats.allreduce_bytes += (self.buf.len() * 4) as u64;
         }
-        if !self.recv[..flag_at].iter().all(|x| x.is_finite()) {
+        if !self.buf[..flag_at].iter().all(|x| x.is_finite()) {
             stats.non_finite = true;
         }
-        Ok(self.recv[flag_at] > 0.5)
+        Ok(self.buf[flag_at] > 0.5)
     }
 }
 
@@ -196,7 +188,7 @@ impl TrialRun for EmuRun<'_> {
     fn params_hash(&self) -> Option<u64> {
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        for x in &self.recv {
+        for x in &self.buf {
             x.to_bits().hash(&mut h);
         }
         Some(h.finish())

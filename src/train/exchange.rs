@@ -1,27 +1,31 @@
 //! How a group sums flat f32 buffers (gradients, batch-norm statistics) over its ranks: in
-//! buckets of whole tensors, each bucket an `MPI_Iallreduce` started as soon as it is
-//! filled, so filling bucket k+1 overlaps the reduction of bucket k (the way PyTorch DDP
-//! buckets gradients: a small first bucket, then about 25 MiB each). `reduce-bcast` is the
+//! buckets of whole tensors (the way PyTorch DDP buckets gradients: a small first bucket,
+//! then about 25 MiB each), each reduced as soon as it is filled — by a blocking
+//! `MPI_Allreduce` (`allreduce`), or by an `MPI_Iallreduce` that runs while the next bucket
+//! is filled (`allreduce-pipelined`). `reduce-bcast` is the
 //! fallback: one reduce onto the group's rank 0 and one broadcast back, bit-identical on
-//! every rank by construction. rsmpi 0.8 does not expose `MPI_IN_PLACE`, so each bucket is
-//! reduced from its send slice into its receive slice (one extra copy per bucket inside
-//! MPI, counted in the exchange's time).
+//! every rank by construction. Both reduce in place ([`super::inplace`]): a bucket is summed
+//! where it was filled, with no send buffer.
 
 use std::ops::Range;
 use std::time::Instant;
 
-use mpi::collective::{CommunicatorCollectives, SystemOperation};
-use mpi::traits::Communicator;
 use serde::{Deserialize, Serialize};
 
+use super::inplace::{self, InFlight, RawComm};
 use super::TrainError;
 
 /// The exchange's collective.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExchangeMethod {
-    /// Bucketed, pipelined `MPI_Iallreduce` (the default).
+    /// Buckets reduced in place by blocking `MPI_Allreduce`, each as soon as it is filled
+    /// (the default: faster than the non-blocking calls where MPI progresses them only
+    /// inside MPI calls, as OpenMPI over shared memory and TCP does; measured in README).
     Allreduce,
+    /// Buckets reduced by non-blocking `MPI_Iallreduce`, filling bucket k+1 while bucket k
+    /// reduces (for MPIs and interconnects that progress them asynchronously).
+    AllreducePipelined,
     /// One `MPI_Reduce` onto the group's first rank and one `MPI_Bcast` (the fallback).
     ReduceBcast,
 }
@@ -115,17 +119,16 @@ pub struct ExchangeTimes {
     pub buckets: Vec<(f64, f64)>,
 }
 
-/// Sums, over `comm`, the pieces of `sizes` elements that `fill` writes: on return `recv`
-/// holds the sums (`send` and `recv` hold Σ `sizes` elements). Every rank completes every collective even if its
+/// Sums, over `comm`, the pieces of `sizes` elements that `fill` writes: on return `buf`
+/// (Σ `sizes` elements) holds the sums. Every rank completes every collective even if its
 /// `fill` fails (its values are then zeros and the error is returned after), so a failing
 /// rank never leaves the others waiting.
-pub fn exchange<C: Communicator>(
+pub fn exchange<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
     sizes: &[usize],
     fill: &mut Fill<'_>,
-    send: &mut [f32],
-    recv: &mut [f32],
+    buf: &mut [f32],
 ) -> Result<ExchangeTimes, TrainError> {
     let started = Instant::now();
     let mut failed = None;
@@ -137,13 +140,14 @@ pub fn exchange<C: Communicator>(
     };
     let spans = match cfg.method {
         ExchangeMethod::ReduceBcast => {
-            fill_or_zero(0..sizes.len(), send);
+            fill_or_zero(0..sizes.len(), buf);
             let t = unix_s();
-            super::sync::reduce_broadcast(comm, send, recv);
+            inplace::reduce_bcast(comm, buf);
             vec![(t, unix_s())]
         }
-        ExchangeMethod::Allreduce => {
-            pipelined(comm, &buckets(sizes, cfg), &mut fill_or_zero, send, recv)
+        ExchangeMethod::Allreduce => bucketed(comm, &buckets(sizes, cfg), &mut fill_or_zero, buf),
+        ExchangeMethod::AllreducePipelined => {
+            pipelined(comm, &buckets(sizes, cfg), &mut fill_or_zero, buf)
         }
     };
     match failed {
@@ -155,55 +159,59 @@ pub fn exchange<C: Communicator>(
     }
 }
 
-/// Fills each bucket and starts its `MPI_Iallreduce`, testing the earlier ones between
-/// fills (OpenMPI progresses non-blocking collectives inside MPI calls); then waits for all.
-/// A single bucket is a blocking `MPI_Allreduce`, which has the better-tuned algorithms.
-fn pipelined<C: Communicator>(
+/// Fills each bucket and reduces it in place with a blocking `MPI_Allreduce`, in turn.
+/// Returns each bucket's (start, end).
+fn bucketed<C: RawComm>(
     comm: &C,
     buckets: &[Bucket],
     fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
-    send: &mut [f32],
-    recv: &mut [f32],
+    buf: &mut [f32],
+) -> Vec<(f64, f64)> {
+    let mut spans = Vec::with_capacity(buckets.len());
+    let mut rest = buf;
+    for b in buckets {
+        let (slice, tail) = std::mem::take(&mut rest).split_at_mut(b.elems);
+        rest = tail;
+        fill(b.pieces.clone(), slice);
+        let t = unix_s();
+        inplace::allreduce(comm, slice);
+        spans.push((t, unix_s()));
+    }
+    spans
+}
+
+/// Fills each bucket and starts its in-place `MPI_Iallreduce`, testing the earlier ones
+/// between fills (OpenMPI progresses non-blocking collectives inside MPI calls); then waits
+/// for all. A single bucket is a blocking `MPI_Allreduce`, which has the better-tuned
+/// algorithms. Returns each bucket's (start, end).
+fn pipelined<C: RawComm>(
+    comm: &C,
+    buckets: &[Bucket],
+    fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
+    buf: &mut [f32],
 ) -> Vec<(f64, f64)> {
     if let [only] = buckets {
-        fill(only.pieces.clone(), send);
+        fill(only.pieces.clone(), buf);
         let t = unix_s();
-        comm.all_reduce_into(&send[..], recv, SystemOperation::sum());
+        inplace::allreduce(comm, buf);
         return vec![(t, unix_s())];
     }
     let mut spans = vec![(0.0, 0.0); buckets.len()];
-    mpi::request::scope(|scope| {
-        // (bucket index, its request) of the reductions still running.
-        let mut pending = Vec::with_capacity(buckets.len());
-        let (mut s_rest, mut r_rest) = (send, recv);
-        for (i, b) in buckets.iter().enumerate() {
-            let (s, s_tail) = std::mem::take(&mut s_rest).split_at_mut(b.elems);
-            let (r, r_tail) = std::mem::take(&mut r_rest).split_at_mut(b.elems);
-            (s_rest, r_rest) = (s_tail, r_tail);
-            fill(b.pieces.clone(), s);
-            pending = pending
-                .into_iter()
-                .filter_map(
-                    |(k, q): (usize, mpi::request::Request<'_, [f32], _>)| match q.test() {
-                        Ok(_) => {
-                            spans[k].1 = unix_s();
-                            None
-                        }
-                        Err(q) => Some((k, q)),
-                    },
-                )
-                .collect();
-            spans[i].0 = unix_s();
-            pending.push((
-                i,
-                comm.immediate_all_reduce_into(scope, &*s, r, SystemOperation::sum()),
-            ));
-        }
-        for (k, q) in pending {
-            q.wait_without_status();
+    let mut inflight = InFlight::new();
+    let mut rest = buf;
+    for (i, b) in buckets.iter().enumerate() {
+        let (slice, tail) = std::mem::take(&mut rest).split_at_mut(b.elems);
+        rest = tail;
+        fill(b.pieces.clone(), slice);
+        for k in inflight.test() {
             spans[k].1 = unix_s();
         }
-    });
+        spans[i].0 = unix_s();
+        inflight.start(i, comm, slice);
+    }
+    for k in inflight.wait_all() {
+        spans[k].1 = unix_s();
+    }
     spans
 }
 

@@ -10,6 +10,7 @@ mod check;
 pub mod emulated;
 pub mod exchange;
 pub mod fault;
+pub mod inplace;
 pub mod scaler;
 pub mod schedule;
 pub mod simulated;
@@ -19,9 +20,7 @@ mod trainer;
 use mpi::topology::SimpleCommunicator;
 
 pub use check::{dp_check, DpReport};
-pub use sync::{
-    average_buffers, reduce_broadcast, sync_gradients, sync_gradients_with_flag, SyncStats,
-};
+pub use sync::{average_buffers, sync_gradients, sync_gradients_with_flag, SyncStats};
 pub use trainer::{Precision, RealTrainer, TrainConfig, TrialSpec, TrialTrainer};
 
 /// What a traced span of a step was (`aiperf run --trace-steps`).

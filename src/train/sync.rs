@@ -4,13 +4,10 @@
 //! tensors. Every rank must end with the same sums: the per-epoch parameter hash checks it
 //! under the MPI in use (reduce + broadcast guarantees it by construction).
 
-use std::time::Instant;
-
-use mpi::collective::{Root, SystemOperation};
-use mpi::traits::Communicator;
 use tch::Tensor;
 
 use super::exchange::{exchange, ExchangeConfig};
+use super::inplace::RawComm;
 use super::TrainError;
 
 /// What one exchange cost.
@@ -43,31 +40,16 @@ pub(super) fn float_buffers(vs: &tch::nn::VarStore) -> Vec<Tensor> {
         .collect()
 }
 
-/// Sums `bucket` over the group into `reduced` on every rank (onto rank 0, then broadcast);
-/// returns the seconds spent.
-pub fn reduce_broadcast<C: Communicator>(comm: &C, bucket: &[f32], reduced: &mut [f32]) -> f64 {
-    let started = Instant::now();
-    let root = comm.process_at_rank(0);
-    if comm.rank() == 0 {
-        root.reduce_into_root(bucket, reduced, SystemOperation::sum());
-    } else {
-        root.reduce_into(bucket, SystemOperation::sum());
-    }
-    root.broadcast_into(reduced);
-    started.elapsed().as_secs_f64()
-}
-
 /// Replaces each tensor of `tensors` in place by Σ_ranks weight_rank · tensor_rank: flattened
-/// into `bucket` and scaled, bucket by bucket ([`exchange`]), summed into `reduced`, copied
-/// back. With `extra`, one more value rides unscaled at the end; its sum is returned.
-fn weighted_sum<C: Communicator>(
+/// into `buf` and scaled, bucket by bucket, summed in place ([`exchange`]), copied back.
+/// With `extra`, one more value rides unscaled at the end; its sum is returned.
+fn weighted_sum<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
     tensors: &[Tensor],
     weight: f32,
     extra: Option<f32>,
-    bucket: &mut Vec<f32>,
-    reduced: &mut Vec<f32>,
+    buf: &mut Vec<f32>,
 ) -> Result<(SyncStats, f32), TrainError> {
     let mut sizes: Vec<usize> = tensors.iter().map(|t| t.numel()).collect();
     let values: usize = sizes.iter().sum();
@@ -78,10 +60,8 @@ fn weighted_sum<C: Communicator>(
     if i32::try_from(total).is_err() {
         return Err(TrainError::TooLarge(total));
     }
-    bucket.clear();
-    bucket.resize(total, 0.0);
-    reduced.clear();
-    reduced.resize(total, 0.0);
+    buf.clear();
+    buf.resize(total, 0.0);
     let mut fill = |pieces: std::ops::Range<usize>, dst: &mut [f32]| -> Result<(), TrainError> {
         let mut offset = 0;
         for i in pieces {
@@ -100,7 +80,8 @@ fn weighted_sum<C: Communicator>(
         }
         Ok(())
     };
-    let times = exchange(comm, cfg, &sizes, &mut fill, bucket, reduced)?;
+    let times = exchange(comm, cfg, &sizes, &mut fill, buf)?;
+    let reduced = &buf[..];
     let mut offset = 0;
     tch::no_grad(|| -> Result<(), TrainError> {
         for (t, &n) in tensors.iter().zip(&sizes) {
@@ -129,42 +110,39 @@ fn weighted_sum<C: Communicator>(
 /// Σ_ranks weight_rank · buffer_rank, so every rank holds the group's weighted average, as if
 /// the statistics had been gathered over the global batch. Call after each step, with the
 /// buffers in the same order on every rank (e.g. sorted by name).
-pub fn average_buffers<C: Communicator>(
+pub fn average_buffers<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
     buffers: &[Tensor],
     weight: f32,
-    bucket: &mut Vec<f32>,
-    reduced: &mut Vec<f32>,
+    buf: &mut Vec<f32>,
 ) -> Result<SyncStats, TrainError> {
-    weighted_sum(comm, cfg, buffers, weight, None, bucket, reduced).map(|r| r.0)
+    weighted_sum(comm, cfg, buffers, weight, None, buf).map(|r| r.0)
 }
 
 /// Replaces every variable's gradient by Σ_ranks weight_rank · gradient_rank, where `weight`
 /// is this rank's share of the global batch (its samples / all samples), so the result is
 /// the gradient of the global batch's mean loss. Every variable needs a gradient (a rank
-/// with an empty shard runs backward on a zero loss). `bucket` and `reduced` are reused.
-pub fn sync_gradients<C: Communicator>(
+/// with an empty shard runs backward on a zero loss). `buf` is reused.
+pub fn sync_gradients<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
     vars: &[Tensor],
     weight: f32,
-    bucket: &mut Vec<f32>,
-    reduced: &mut Vec<f32>,
+    buf: &mut Vec<f32>,
 ) -> Result<SyncStats, TrainError> {
-    sync_gradients_with_flag(comm, cfg, vars, weight, false, bucket, reduced).map(|r| r.0)
+    sync_gradients_with_flag(comm, cfg, vars, weight, false, buf).map(|r| r.0)
 }
 
 /// [`sync_gradients`], also telling every rank whether any rank raised `flag` — in the same
 /// message, so a group can agree to stop mid-epoch without an extra collective per step.
-pub fn sync_gradients_with_flag<C: Communicator>(
+pub fn sync_gradients_with_flag<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
     vars: &[Tensor],
     weight: f32,
     flag: bool,
-    bucket: &mut Vec<f32>,
-    reduced: &mut Vec<f32>,
+    buf: &mut Vec<f32>,
 ) -> Result<(SyncStats, bool), TrainError> {
     // `grad()` returns a handle on the gradient's storage: writing it writes the gradient.
     let grads: Vec<Tensor> = vars
@@ -185,8 +163,7 @@ pub fn sync_gradients_with_flag<C: Communicator>(
         &grads,
         weight,
         Some(f32::from(u8::from(flag))),
-        bucket,
-        reduced,
+        buf,
     )?;
     Ok((stats, raised > 0.5))
 }

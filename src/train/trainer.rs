@@ -127,8 +127,8 @@ pub struct TrialTrainer<'c, C: Communicator> {
     val: Loader,
     schedule: LrSchedule,
     scaler: Option<LossScaler>,
-    bucket: Vec<f32>,
-    reduced: Vec<f32>,
+    /// The exchange's buffer, reused.
+    buf: Vec<f32>,
 }
 
 /// The libtorch trainer: data-parallel over the group, on this rank's device.
@@ -313,8 +313,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                 total_epochs: f64::from(spec.epochs.max(1)),
             },
             scaler: (cfg.precision == Precision::Fp16).then(LossScaler::default),
-            bucket: Vec::new(),
-            reduced: Vec::new(),
+            buf: Vec::new(),
         })
     }
 
@@ -367,8 +366,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             &self.cfg.exchange,
             &self.buffers,
             1.0 / self.comm.size() as f32,
-            &mut self.bucket,
-            &mut self.reduced,
+            &mut self.buf,
         )?;
         stats.allreduce_s += s.seconds;
         stats.allreduce_bytes += s.bytes;
@@ -439,8 +437,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             &self.vars,
             (f64::from(weight) / scale) as f32,
             stop,
-            &mut self.bucket,
-            &mut self.reduced,
+            &mut self.buf,
         )?;
         stats.allreduce_s += s.seconds;
         stats.allreduce_bytes += s.bytes;
