@@ -547,9 +547,18 @@ fn comm_bench_across_nodes() {
         .iter()
         .filter(|r| scope(r).starts_with("groups of 2"))
         .collect();
-    // 5 sizes × 2 methods each.
-    assert_eq!(world.len(), 10, "{rows:?}");
-    assert_eq!(within.len(), 10, "{rows:?}");
+    // 5 sizes × 4 methods each: the raw all-reduce, the training's exchange, its pipelined
+    // variant and the reduce + broadcast fallback.
+    assert_eq!(world.len(), 20, "{rows:?}");
+    assert_eq!(within.len(), 20, "{rows:?}");
+    for m in [
+        "allreduce",
+        "exchange",
+        "exchange-pipelined",
+        "reduce+bcast",
+    ] {
+        assert_eq!(world.iter().filter(|r| r["method"] == m).count(), 5, "{m}");
+    }
     assert!(world.iter().all(|r| r["ranks"] == 6));
     assert!(within.iter().all(|r| r["ranks"] == 2));
     for r in world.iter().chain(&within) {
@@ -564,7 +573,7 @@ fn comm_bench_across_nodes() {
         .iter()
         .filter(|r| scope(r).starts_with("within a node"))
         .collect();
-    assert_eq!((across.len(), node.len()), (10, 10), "{rows:?}");
+    assert_eq!((across.len(), node.len()), (20, 20), "{rows:?}");
     assert!(across.iter().all(|r| r["ranks"] == 3) && node.iter().all(|r| r["ranks"] == 2));
     // The world's all-reduces crossed node2's link: at least the 1 MiB ones, 5 times.
     let sent = link_bytes(2) - before;
