@@ -8,7 +8,7 @@ use crate::digest::{self, Digest, GroupChain};
 use crate::reader::Run;
 
 /// What the digests say.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Integrity {
     /// `intact`, `altered`, `unverifiable` (schema 1) or `incomplete` (intact chains, but no
     /// run digest: the run did not stop cleanly).

@@ -378,34 +378,39 @@ pub fn score_with_digest(
         .copied()
         .filter(|e| e.time_s <= t_end)
         .collect();
-    let end = timeline.last().expect("grid ends at t_end").clone();
     let best_accuracy = counted.iter().map(|e| e.val_accuracy).fold(0.0, f64::max);
     let integrity = integrity::check(run, expected);
     warnings.extend(integrity.notes.iter().cloned());
     let verdict = verdict(run, duration_s, 1.0 - best_accuracy, &integrity);
     let groups: Vec<u32> = (0..run.info.groups).collect();
-    let stability = stability(t0, t_end, &epochs, &run.trials, &groups);
-    let mut s = totals(run, &counted, duration_s);
-    let (acc, nodes) = (f64::from(run.info.accelerators.max(1)), nodes(run));
-    s.ops_per_s = end.ops_per_s;
-    s.regulated = end.regulated;
-    s.ops_per_s_per_accelerator = end.ops_per_s / acc;
-    s.regulated_per_accelerator = end.regulated / acc;
-    s.nodes = nodes;
-    s.ops_per_s_per_node = end.ops_per_s / f64::from(nodes);
-    s.regulated_per_node = end.regulated / f64::from(nodes);
-    s.interval_s = interval_s;
-    s.best_accuracy = best_accuracy;
-    s.timeline = timeline;
-    s.verdict = verdict;
-    s.stability = stability;
-    s.integrity = integrity;
-    s.warnings = warnings;
-    Ok(s)
+    let measured = Measured {
+        interval_s,
+        stability: stability(t0, t_end, &epochs, &run.trials, &groups),
+        timeline,
+        best_accuracy,
+        verdict,
+        integrity,
+        warnings,
+    };
+    Ok(assemble(run, &counted, duration_s, measured))
 }
 
-/// The sums over the counted epochs and trials; the end figures are filled in by the caller.
-fn totals(run: &Run, counted: &[&EpochRow], duration_s: f64) -> Score {
+/// What [`score_with_digest`] worked out before the sums.
+struct Measured {
+    interval_s: f64,
+    timeline: Vec<Point>,
+    best_accuracy: f64,
+    verdict: Verdict,
+    stability: Stability,
+    integrity: Integrity,
+    warnings: Vec<String>,
+}
+
+/// The score: the end of the timeline, per accelerator and per node, and the sums over the
+/// counted epochs and trials.
+fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> Score {
+    let end = m.timeline.last().expect("grid ends at t_end").clone();
+    let (acc, nodes) = (f64::from(run.info.accelerators.max(1)), nodes(run));
     let sum = |f: &dyn Fn(&EpochRow) -> f64| counted.iter().map(|e| f(e)).sum::<f64>();
     let (compute_s, allreduce_s) = (sum(&|e| e.compute_s), sum(&|e| e.allreduce_s));
     let t_end = run.info.start_time_s + duration_s;
@@ -413,7 +418,7 @@ fn totals(run: &Run, counted: &[&EpochRow], duration_s: f64) -> Score {
     let trials_with = |s: TrialStatus| run.trials.iter().filter(|t| t.status == s).count();
     Score {
         run: run.dir.display().to_string(),
-        interval_s: 0.0,
+        interval_s: m.interval_s,
         duration_s,
         resumes: run.info.resumes.len(),
         down_time_s: run
@@ -422,17 +427,17 @@ fn totals(run: &Run, counted: &[&EpochRow], duration_s: f64) -> Score {
             .iter()
             .map(|(stopped, resumed)| (resumed - stopped).max(0.0))
             .sum(),
-        timeline: Vec::new(),
-        ops_per_s: 0.0,
-        regulated: 0.0,
+        ops_per_s: end.ops_per_s,
+        regulated: end.regulated,
         accelerators: run.info.accelerators,
-        ops_per_s_per_accelerator: 0.0,
-        regulated_per_accelerator: 0.0,
-        nodes: 1,
-        ops_per_s_per_node: 0.0,
-        regulated_per_node: 0.0,
-        stability: stability(0.0, 1.0, &[], &[], &[]),
-        integrity: integrity::Integrity::default(),
+        ops_per_s_per_accelerator: end.ops_per_s / acc,
+        regulated_per_accelerator: end.regulated / acc,
+        nodes,
+        ops_per_s_per_node: end.ops_per_s / f64::from(nodes),
+        regulated_per_node: end.regulated / f64::from(nodes),
+        timeline: m.timeline,
+        stability: m.stability,
+        integrity: m.integrity,
         train_ops: counted.iter().map(|e| u128::from(e.train_ops)).sum(),
         val_ops: counted.iter().map(|e| u128::from(e.val_ops)).sum(),
         trials: run.trials.len(),
@@ -440,7 +445,7 @@ fn totals(run: &Run, counted: &[&EpochRow], duration_s: f64) -> Score {
         trials_failed: trials_with(TrialStatus::Failed),
         epochs: counted.len(),
         steps: counted.iter().map(|e| u128::from(e.steps)).sum(),
-        best_accuracy: 0.0,
+        best_accuracy: m.best_accuracy,
         compute_s,
         allreduce_s,
         allreduce_bytes: counted.iter().map(|e| u128::from(e.allreduce_bytes)).sum(),
@@ -448,12 +453,8 @@ fn totals(run: &Run, counted: &[&EpochRow], duration_s: f64) -> Score {
         allreduce_bytes_per_s,
         allreduce_epoch_bytes_per_s,
         busy_fraction: (compute_s + allreduce_s) / (run.groups.len().max(1) as f64 * duration_s),
-        verdict: Verdict {
-            rules: RULES_VERSION.into(),
-            status: Status::Valid,
-            reasons: Vec::new(),
-        },
-        warnings: Vec::new(),
+        verdict: m.verdict,
+        warnings: m.warnings,
     }
 }
 

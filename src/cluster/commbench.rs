@@ -11,7 +11,7 @@ use std::time::Instant;
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use serde::Serialize;
 
-use crate::train::exchange::{exchange, ExchangeConfig, ExchangeMethod};
+use crate::train::exchange::{exchange_flat, ExchangeConfig, ExchangeMethod};
 use crate::train::inplace::RawComm;
 
 /// One size of the sweep for one method, the same on every rank.
@@ -53,22 +53,16 @@ fn pieces(elems: usize) -> Vec<usize> {
 }
 
 /// One operation of `method`: the raw all-reduce from `send` into `recv`; the exchange (and
-/// its fallback) in place on `recv`, after copying `src` in, as training copies gradients
-/// out of their tensors.
+/// its fallback) in place on `recv`, after copying `src` (in pieces of `sizes`) in, as
+/// training copies gradients out of their tensors.
 fn operate<C: RawComm>(
     comm: &C,
     method: &str,
     cfg: &ExchangeConfig,
-    src: &[f32],
+    (src, sizes): (&[f32], &[usize]),
     send: &mut [f32],
     recv: &mut [f32],
 ) {
-    let sizes = pieces(src.len());
-    let mut fill = |r: std::ops::Range<usize>, dst: &mut [f32]| {
-        let start: usize = sizes[..r.start].iter().sum();
-        dst.copy_from_slice(&src[start..start + dst.len()]);
-        Ok(())
-    };
     let cfg = ExchangeConfig {
         method: match method {
             "reduce+bcast" => ExchangeMethod::ReduceBcast,
@@ -80,7 +74,7 @@ fn operate<C: RawComm>(
     match method {
         "allreduce" => comm.all_reduce_into(&send[..], recv, SystemOperation::sum()),
         _ => {
-            exchange(comm, &cfg, &sizes, &mut fill, recv).expect("a copy cannot fail");
+            exchange_flat(comm, &cfg, sizes, src, recv).expect("a copy cannot fail");
         }
     }
 }
@@ -106,19 +100,21 @@ pub fn sweep<C: RawComm>(
     for &bytes in sizes {
         let elems = (bytes / 4).max(1) as usize;
         let src = vec![1f32; elems];
+        // Split once, outside the timed operations.
+        let split = pieces(elems);
         let mut send = vec![1f32; elems];
         let mut recv = vec![0f32; elems];
         let mut spent = [0f64; 4];
         for _ in 0..warmup {
             for m in methods {
-                operate(comm, m, cfg, &src, &mut send, &mut recv);
+                operate(comm, m, cfg, (&src, &split), &mut send, &mut recv);
             }
         }
         for _ in 0..iters.max(1) {
             for (i, m) in methods.iter().enumerate() {
                 comm.barrier();
                 let t = Instant::now();
-                operate(comm, m, cfg, &src, &mut send, &mut recv);
+                operate(comm, m, cfg, (&src, &split), &mut send, &mut recv);
                 spent[i] += t.elapsed().as_secs_f64();
             }
         }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 
-use super::exchange::{exchange, unix_s, ExchangeConfig};
-use super::simulated::{SimDevice, SimTrial};
+use super::exchange::{exchange_flat, unix_s, ExchangeConfig};
+use super::simulated::SimTrial;
 use super::{exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun, TrialSpec};
 use crate::ops::OpCount;
 
@@ -55,25 +55,10 @@ impl Trainer for EmulatedTrainer {
         spec: &TrialSpec,
         _round: u32,
     ) -> Result<Box<dyn TrialRun + 'c>, TrainError> {
-        let ranks = u32::try_from(comm.size()).unwrap_or(1);
-        let bad = || TrainError::Config("the architecture's shapes do not infer".into());
-        let count = OpCount::of(&spec.graph).map_err(|_| bad())?;
-        let device = SimDevice {
-            ops_per_s: self.ops_per_s,
-            accelerators: ranks,
-        };
-        let trial = SimTrial::new(
-            &spec.graph,
-            spec.hparams,
-            device,
-            self.images.0,
-            self.images.1,
-            self.seed,
-        )
-        .ok_or_else(bad)?;
-        let global = u64::from(spec.hparams.batch_size.max(1)) * u64::from(ranks);
-        let steps = self.images.0.div_ceil(global).max(1);
-        let rate = self.ops_per_s * f64::from(ranks);
+        let trial = SimTrial::for_group(spec, comm, self.ops_per_s, self.images, self.seed)?;
+        let count = OpCount::of(&spec.graph).map_err(|e| TrainError::Config(e.to_string()))?;
+        let steps = trial.steps();
+        let rate = self.ops_per_s * f64::from(comm.size());
         let e = trial.epoch(1);
         let mut pieces: Vec<usize> = count
             .layers
@@ -125,13 +110,13 @@ impl EmuRun<'_> {
     ) -> Result<bool, TrainError> {
         let flag_at = self.grads.len() - 1;
         self.grads[flag_at] = f32::from(u8::from(stop));
-        let (grads, pieces) = (&self.grads, &self.pieces);
-        let mut fill = |r: std::ops::Range<usize>, dst: &mut [f32]| {
-            let start: usize = pieces[..r.start].iter().sum();
-            dst.copy_from_slice(&grads[start..start + dst.len()]);
-            Ok(())
-        };
-        let times = exchange(self.comm, &self.cfg, pieces, &mut fill, &mut self.buf)?;
+        let times = exchange_flat(
+            self.comm,
+            &self.cfg,
+            &self.pieces,
+            &self.grads,
+            &mut self.buf,
+        )?;
         stats.allreduce_s += times.seconds;
         if step < self.trace_steps {
             stats.spans.extend(exchange_spans(step, &times.buckets));
@@ -155,13 +140,14 @@ impl TrialRun for EmuRun<'_> {
         let mut owed = 0.0;
         for step in 0..u32::try_from(self.steps).unwrap_or(u32::MAX) {
             let computing = Instant::now();
-            let computing_unix = unix_s();
+            let computing_unix = (step < self.trace_steps).then(unix_s);
             owed += self.step_s;
             wait(owed - stats.compute_s);
             stats.compute_s += computing.elapsed().as_secs_f64();
-            if step < self.trace_steps {
-                let span = Span::until_now(step, SpanKind::Compute, computing_unix);
-                stats.spans.push(span);
+            if let Some(t) = computing_unix {
+                stats
+                    .spans
+                    .push(Span::until_now(step, SpanKind::Compute, t));
             }
             if self.exchange(step, stop(), &mut stats)? {
                 stats.abandoned = true;

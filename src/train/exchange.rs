@@ -159,6 +159,23 @@ pub fn exchange<C: RawComm>(
     }
 }
 
+/// [`exchange`] of pieces that lie one after another in `src` (the emulated trainer's
+/// gradient, comm-bench's message): each bucket is copied out of `src` as it is filled.
+pub fn exchange_flat<C: RawComm>(
+    comm: &C,
+    cfg: &ExchangeConfig,
+    sizes: &[usize],
+    src: &[f32],
+    buf: &mut [f32],
+) -> Result<ExchangeTimes, TrainError> {
+    let mut fill = |r: Range<usize>, dst: &mut [f32]| {
+        let start: usize = sizes[..r.start].iter().sum();
+        dst.copy_from_slice(&src[start..start + dst.len()]);
+        Ok(())
+    };
+    exchange(comm, cfg, sizes, &mut fill, buf)
+}
+
 /// Fills each bucket and reduces it in place with a blocking `MPI_Allreduce`, in turn.
 /// Returns each bucket's (start, end).
 fn bucketed<C: RawComm>(

@@ -78,9 +78,31 @@ impl SimTrial {
         })
     }
 
+    /// A trial of `spec` on the whole group of `comm` (one accelerator per rank), each
+    /// accelerator at `ops_per_s`: the simulated and the emulated trainers' model.
+    pub fn for_group(
+        spec: &TrialSpec,
+        comm: &SimpleCommunicator,
+        ops_per_s: f64,
+        images: (u64, u64),
+        seed: u64,
+    ) -> Result<SimTrial, TrainError> {
+        let device = SimDevice {
+            ops_per_s,
+            accelerators: u32::try_from(comm.size()).unwrap_or(1),
+        };
+        SimTrial::new(&spec.graph, spec.hparams, device, images.0, images.1, seed)
+            .ok_or_else(|| TrainError::Config("the architecture's shapes do not infer".into()))
+    }
+
+    /// Optimizer steps per epoch: the epoch's images in global batches.
+    pub fn steps(&self) -> u64 {
+        self.train_images.div_ceil(self.global_batch)
+    }
+
     /// Epoch `epoch` (1-based).
     pub fn epoch(&self, epoch: u32) -> SimEpoch {
-        let steps = self.train_images.div_ceil(self.global_batch);
+        let steps = self.steps();
         let train_ops = self.count.train_epoch(self.train_images, steps);
         let val_ops = self.count.eval_epoch(self.val_images);
         let rate = self.device.ops_per_s * f64::from(self.device.accelerators.max(1));
@@ -122,25 +144,11 @@ impl Trainer for SimulatedTrainer {
         spec: &TrialSpec,
         _round: u32,
     ) -> Result<Box<dyn TrialRun + 'c>, TrainError> {
-        let ranks = u32::try_from(comm.size()).unwrap_or(1);
-        let device = SimDevice {
-            accelerators: ranks,
-            ..self.device
-        };
-        let trial = SimTrial::new(
-            &spec.graph,
-            spec.hparams,
-            device,
-            self.images.0,
-            self.images.1,
-            self.seed,
-        )
-        .ok_or_else(|| TrainError::Config("the architecture's shapes do not infer".into()))?;
-        let global = u64::from(spec.hparams.batch_size.max(1)) * u64::from(ranks);
+        let trial = SimTrial::for_group(spec, comm, self.device.ops_per_s, self.images, self.seed)?;
         Ok(Box::new(SimRun {
+            steps: trial.steps(),
             trial,
             images: self.images,
-            steps: self.images.0.div_ceil(global),
             speedup: self.speedup,
         }))
     }

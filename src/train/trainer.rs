@@ -329,17 +329,19 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let (mut loss_sum, mut applied) = (0f64, 0usize);
         let mut batches = self.train.epoch(u64::from(epoch - 1));
         for step in 0..steps {
+            let step_u32 = u32::try_from(step).unwrap_or(u32::MAX);
+            let traced = step_u32 < self.cfg.trace_steps;
             let waited = Instant::now();
-            let waited_unix = unix_s();
+            let waited_unix = traced.then(unix_s);
             let batch = batches
                 .next()
                 .ok_or_else(|| TrainError::Config("the loader ended an epoch early".into()))?;
             let (x, y) = batch.to_tensors(self.device)?;
             stats.data_wait_s += waited.elapsed().as_secs_f64();
-            let step_u32 = u32::try_from(step).unwrap_or(u32::MAX);
-            if step_u32 < self.cfg.trace_steps {
-                let span = Span::until_now(step_u32, SpanKind::DataWait, waited_unix);
-                stats.spans.push(span);
+            if let Some(t) = waited_unix {
+                stats
+                    .spans
+                    .push(Span::until_now(step_u32, SpanKind::DataWait, t));
             }
             let weight = batch.len() as f32 / batch.global_size as f32;
             self.opt
@@ -404,7 +406,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
     ) -> Result<Step, TrainError> {
         let traced = step < self.cfg.trace_steps;
         let computing = Instant::now();
-        let computing_unix = unix_s();
+        let computing_unix = traced.then(unix_s);
         let fp16 = self.cfg.precision == Precision::Fp16;
         let smoothing = self.cfg.label_smoothing;
         self.opt.zero_grad();
@@ -427,9 +429,10 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let step_loss = loss.f_double_value(&[])? * f64::from(weight);
         synchronize(self.device);
         stats.compute_s += computing.elapsed().as_secs_f64();
-        if traced {
-            let span = Span::until_now(step, SpanKind::Compute, computing_unix);
-            stats.spans.push(span);
+        if let Some(t) = computing_unix {
+            stats
+                .spans
+                .push(Span::until_now(step, SpanKind::Compute, t));
         }
         let (s, abandon) = sync_gradients_with_flag(
             self.comm,
@@ -454,13 +457,14 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             _ => {}
         }
         let updating = Instant::now();
-        let updating_unix = unix_s();
+        let updating_unix = traced.then(unix_s);
         self.opt.step();
         synchronize(self.device);
         stats.compute_s += updating.elapsed().as_secs_f64();
-        if traced {
-            let span = Span::until_now(step, SpanKind::Optimizer, updating_unix);
-            stats.spans.push(span);
+        if let Some(t) = updating_unix {
+            stats
+                .spans
+                .push(Span::until_now(step, SpanKind::Optimizer, t));
         }
         Ok(Step::Applied(step_loss))
     }
