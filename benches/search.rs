@@ -21,6 +21,7 @@ fn history(start: &Graph, n: usize) -> Vec<Observed> {
     let start = start.clone();
     let mut rng = ChaCha8Rng::seed_from_u64(2020);
     let mut out: Vec<Observed> = Vec::new();
+    let mut known = HashSet::new();
     let mut g = start.clone();
     let h = Hparams {
         batch_size: 64,
@@ -28,7 +29,7 @@ fn history(start: &Graph, n: usize) -> Vec<Observed> {
     };
     while out.len() < n {
         let d = g.descriptor();
-        if !out.iter().any(|o| o.descriptor == d) {
+        if known.insert(d.clone()) {
             out.push(Observed {
                 id: out.len() as u64,
                 accuracy: synthetic_accuracy(&g, h, 1),
@@ -50,11 +51,71 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn main() {
-    let reps: u64 = std::env::var("REPS")
+/// The history-size sweep (`SWEEP=100,500,...`): per size and fitting-set bound, the cold
+/// first proposal (every distance of the fit computed) and the steady state — REPS
+/// proposals, each after one more trained model arrived, as in a run.
+fn sweep(sizes: &str, reps: u64) {
+    let start = cifar_resnet(&CifarResnetConfig::resnet20(), Shape::new(3, 32, 32), 10);
+    let max: usize = sizes
+        .split(',')
+        .filter_map(|s| s.parse().ok())
+        .max()
+        .unwrap_or(0);
+    let all = history(&start, max + reps as usize);
+    // Unbounded fits beyond UNBOUNDED_UP_TO models take too long to sweep.
+    let unbounded_up_to: usize = env_or("UNBOUNDED_UP_TO", 1000);
+    for n in sizes.split(',').filter_map(|s| s.parse::<usize>().ok()) {
+        for max_fit in [aiperf::search::bayes::MAX_FIT, usize::MAX] {
+            if max_fit == usize::MAX && n > unbounded_up_to {
+                continue;
+            }
+            let opt = BayesOptimizer::new(BayesConfig {
+                threads: env_or("THREADS", 2),
+                seed: 1,
+                max_fit,
+                ..BayesConfig::default()
+            })
+            .unwrap();
+            let t = Instant::now();
+            let first = opt
+                .propose(&all[..n], &HashSet::new(), 3, 0)
+                .expect("a proposal");
+            let cold_s = t.elapsed().as_secs_f64();
+            let mut times = Vec::new();
+            let mut last = first.stats;
+            for k in 1..=reps {
+                let t = Instant::now();
+                let p = opt
+                    .propose(&all[..n + k as usize], &HashSet::new(), 3, k)
+                    .expect("a proposal");
+                times.push(t.elapsed().as_secs_f64());
+                last = p.stats;
+            }
+            let bound = if max_fit == usize::MAX { 0 } else { max_fit };
+            println!(
+                "{{\"impl\":\"aiperf\",\"what\":\"history_sweep\",\"history\":{n},\"max_fit\":{bound},\"fitted\":{},\"cold_seconds\":{cold_s:.6},\"cold_distances\":{},\"seconds\":{:.6},\"distances\":{},\"acquisitions\":{}}}",
+                last.fitted,
+                first.stats.distances,
+                median(times),
+                last.distances,
+                last.acquisitions
+            );
+        }
+    }
+}
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
         .ok()
         .and_then(|r| r.parse().ok())
-        .unwrap_or(5);
+        .unwrap_or(default)
+}
+
+fn main() {
+    let reps: u64 = env_or("REPS", 5);
+    if let Ok(sizes) = std::env::var("SWEEP") {
+        return sweep(&sizes, reps);
+    }
     // ResNet-20 (a 60-layer main chain), and a two-block ResNet whose 19-layer chain is as
     // long as NNI's default CNN's, for per-work comparisons.
     let starts = [

@@ -6,7 +6,7 @@ use hdf5::H5Type;
 /// Version of this schema; readers refuse others.
 pub const SCHEMA_VERSION: u32 = 2;
 /// Version of the scoring and validity rules (DESIGN.md §5).
-pub const RULES_VERSION: &str = "aiperf-rules-2";
+pub const RULES_VERSION: &str = "aiperf-rules-3";
 /// File name of the primary's records.
 pub const PRIMARY_FILE: &str = "primary.h5";
 

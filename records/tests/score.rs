@@ -424,7 +424,7 @@ const SNAPSHOT: &str = "aiperf score: RUN
   all-reduce               5.000 kB in 5.0 s (1.000 kB/s per rank)
   exchange per epoch       1.000 kB/s median (min 1.000 kB/s, max 1.000 kB/s) per rank
   records                  intact (run digest DIGEST)
-  verdict (aiperf-rules-2)   INVALID
+  verdict (aiperf-rules-3)   INVALID
     - run length in seconds, at least 1 h (--duration): 1000.0, at least 3600 [/measured/duration_s]
     - model 0: recorded architecture: the graph must start with one Input node (found no nodes): the operations of its 6 epoch row(s) cannot be recomputed
     - dataset (--config, --data): \"fashion-mnist\", official \"imagenet\" [/dataset/name]

@@ -2,7 +2,9 @@
 //! edit distance predicts each candidate's accuracy, UCB (mean + β·std, β = 2.576) scores it,
 //! and simulated annealing over the search tree (T from 1.0, ×0.5 per step, down to 1e-4;
 //! 8 neighbours per expansion) picks the best unseen neighbour. Neighbours, distances and the
-//! fit run on a rayon pool of configurable size; every random draw is seeded per step and
+//! fit run on a rayon pool of configurable size; the process is fitted on at most
+//! [`MAX_FIT`] trained models ([`fitset`]), so a proposal's work stays bounded as the
+//! history grows to the paper's thousands; every random draw is seeded per step and
 //! neighbour, so the result depends only on the seed, never on the pool size.
 
 use std::cmp::Ordering;
@@ -54,7 +56,14 @@ pub struct BayesConfig {
     pub seed: u64,
     /// Growth limits of the morphisms.
     pub limits: Limits,
+    /// Most trained models the Gaussian process is fitted on ([`fitset`]): bounds a
+    /// proposal's work at paper-scale histories.
+    pub max_fit: usize,
 }
+
+/// Default bound of the fitting set: a fit of 500 models factorises in well under a second
+/// (`make bench-search`, the history-size sweep).
+pub const MAX_FIT: usize = 500;
 
 impl Default for BayesConfig {
     fn default() -> Self {
@@ -67,6 +76,7 @@ impl Default for BayesConfig {
             threads: 1,
             seed: 0,
             limits: Limits::default(),
+            max_fit: MAX_FIT,
         }
     }
 }
@@ -86,6 +96,8 @@ pub struct SearchStats {
     pub acquisitions: u64,
     /// Edit distances computed (new history pairs + predictions).
     pub distances: u64,
+    /// Trained models the Gaussian process was fitted on.
+    pub fitted: u64,
 }
 
 /// The optimiser's choice.
@@ -150,8 +162,9 @@ impl Ord for Elem {
 }
 
 /// The architecture generator's optimiser, with its own thread pool and a cache of the
-/// edit distances between trained models (keyed by model id), so that each proposal computes
-/// only the distances involving models it has not seen before — as NNI's incremental GP fit.
+/// edit distances between the models of the fitting set (keyed by model id), so that each
+/// proposal computes only the distances involving models it has not fitted before — as
+/// NNI's incremental GP fit. Pairs that leave the fitting set leave the cache.
 pub struct BayesOptimizer {
     cfg: BayesConfig,
     pool: rayon::ThreadPool,
@@ -184,30 +197,28 @@ impl BayesOptimizer {
         &self.cfg
     }
 
-    /// The pairwise distance rows of `history`, computing (in parallel) only the pairs not
-    /// cached yet; returns the rows and how many were computed.
-    fn history_distances(&self, history: &[Observed]) -> (Vec<Vec<f64>>, u64) {
-        let n = history.len();
-        let pair = |i: usize, j: usize| {
-            (
-                history[i].id.min(history[j].id),
-                history[i].id.max(history[j].id),
-            )
-        };
-        let missing: Vec<(usize, usize)> = {
-            let cache = self.distances.lock().expect("distance cache");
-            (0..n)
-                .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
-                .filter(|&(i, j)| !cache.contains_key(&pair(i, j)))
-                .collect()
-        };
+    /// The pairwise distance rows of the models `fit` (indices into `history`), computing
+    /// (in parallel) only the pairs not cached yet and dropping cached pairs of models no
+    /// longer fitted; returns the rows and how many were computed.
+    fn history_distances(&self, history: &[Observed], fit: &[usize]) -> (Vec<Vec<f64>>, u64) {
+        let n = fit.len();
+        let id = |i: usize| history[fit[i]].id;
+        let pair = |i: usize, j: usize| (id(i).min(id(j)), id(i).max(id(j)));
+        let mut cache = self.distances.lock().expect("distance cache");
+        let fitted: HashSet<u64> = (0..n).map(id).collect();
+        cache.retain(|(a, b), _| fitted.contains(a) && fitted.contains(b));
+        let missing: Vec<(usize, usize)> = (0..n)
+            .flat_map(|i| (i + 1..n).map(move |j| (i, j)))
+            .filter(|&(i, j)| !cache.contains_key(&pair(i, j)))
+            .collect();
         let computed: Vec<f64> = self.pool.install(|| {
             missing
                 .par_iter()
-                .map(|&(i, j)| edit_distance(&history[i].descriptor, &history[j].descriptor))
+                .map(|&(i, j)| {
+                    edit_distance(&history[fit[i]].descriptor, &history[fit[j]].descriptor)
+                })
                 .collect()
         });
-        let mut cache = self.distances.lock().expect("distance cache");
         for (&(i, j), &d) in missing.iter().zip(&computed) {
             cache.insert(pair(i, j), d);
         }
@@ -274,14 +285,15 @@ impl BayesOptimizer {
         }
         let cfg = &self.cfg;
         let base = mix(cfg.seed ^ mix(call));
-        let n = history.len() as u64;
-        let (rows, computed) = self.history_distances(history);
+        let fit = fitset::fitting_set(history, cfg.max_fit);
+        let (rows, computed) = self.history_distances(history, &fit);
         let mut stats = SearchStats {
             distances: computed,
+            fitted: fit.len() as u64,
             ..SearchStats::default()
         };
-        let y: Vec<f64> = history.iter().map(|o| o.accuracy).collect();
-        let train = history.iter().map(|o| o.descriptor.clone()).collect();
+        let y: Vec<f64> = fit.iter().map(|&i| history[i].accuracy).collect();
+        let train = fit.iter().map(|&i| history[i].descriptor.clone()).collect();
         let gp = Gp::fit_with_distances(train, &y, &rows, base);
         let mut seen_here: HashSet<Descriptor> = seen.clone();
         seen_here.extend(history.iter().map(|o| o.descriptor.clone()));
@@ -289,7 +301,7 @@ impl BayesOptimizer {
         let mut queue: BinaryHeap<Elem> = (history.iter().enumerate())
             .map(|(i, o)| Elem::trained(o, i as u64))
             .collect();
-        let mut seq = n;
+        let mut seq = history.len() as u64;
         let mut accept_rng = ChaCha8Rng::seed_from_u64(base);
         let (mut t, mut best_acq) = (cfg.t_start, f64::NEG_INFINITY);
         let mut best: Option<Proposal> = None;
@@ -310,7 +322,7 @@ impl BayesOptimizer {
                     .pool
                     .install(|| fresh.par_iter().map(|(_, _, d)| gp.predict(d)).collect());
                 stats.acquisitions += fresh.len() as u64;
-                stats.distances += fresh.len() as u64 * n;
+                stats.distances += fresh.len() as u64 * stats.fitted;
                 for ((m, g, _), (mean, std)) in fresh.into_iter().zip(scored) {
                     let acq = mean + cfg.beta * std;
                     let mut morphisms = elem.morphisms.clone();
@@ -343,5 +355,6 @@ impl BayesOptimizer {
     }
 }
 
+mod fitset;
 #[cfg(test)]
 mod tests;

@@ -22,7 +22,7 @@ fn official() -> Value {
             "crc32": [1, 2]
         },
         "search": {
-            "architecture_search": { "name": "network-morphism-bo", "version": 1 },
+            "architecture_search": { "name": "network-morphism-bo", "version": 2 },
             "hpo": { "name": "tpe", "version": 1 },
             "warmup_epochs": [15, 30, 45],
             "patience": [8, 10, 12, 14, 16, 18, 20, 20],

@@ -121,3 +121,35 @@ fn nothing_to_propose_from_an_empty_history() {
     })
     .is_err());
 }
+
+#[test]
+fn the_fit_is_bounded_and_the_cache_follows_the_fitting_set() {
+    let h = history(30, depth_score);
+    let opt = BayesOptimizer::new(BayesConfig {
+        max_fit: 12,
+        ..BayesConfig::default()
+    })
+    .unwrap();
+    let p = opt.propose(&h[..29], &HashSet::new(), 3, 0).unwrap();
+    let s = p.stats;
+    assert_eq!(s.fitted, 12);
+    // The fit's pairs, then 12 distances per acquisition, not 29.
+    assert_eq!(s.distances, 12 * 11 / 2 + 12 * s.acquisitions);
+    // The annealing still starts from every trained model: the father may be unfitted.
+    assert!(h[..29].iter().any(|o| o.id == p.father));
+    // One more model: only the pairs of the models that entered the set are computed, and
+    // the cache holds no pair outside it.
+    let q = opt.propose(&h, &HashSet::new(), 3, 1).unwrap();
+    let entered = q.stats.distances - 12 * q.stats.acquisitions;
+    assert!(
+        entered > 0 && entered <= 3 * 11,
+        "{entered} new pairs of 66"
+    );
+    assert_eq!(opt.distances.lock().unwrap().len(), 12 * 11 / 2);
+    // Unbounded, the same history fits all 30.
+    let all = BayesOptimizer::new(BayesConfig::default()).unwrap();
+    assert_eq!(
+        all.propose(&h, &HashSet::new(), 3, 1).unwrap().stats.fitted,
+        30
+    );
+}

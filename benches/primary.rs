@@ -1,0 +1,231 @@
+//! The primary at paper scale (run by `scripts/bench-primary`, not a test): rank 0's state
+//! machine, writing a real `primary.h5`, serving PAPER_GROUPS replica groups (the paper's 512) in
+//! turn until the history holds HISTORY trained models (thousands), on ResNet-50-sized
+//! architectures. Each group's trial is the requests a leader sends — Register, Suggest,
+//! EPOCHS × Progress, Result — and each reply is encoded as the serve loop sends it. Prints
+//! one JSON object per band of history size: wall microseconds per request of each kind
+//! (handling, the HDF5 rows it appends and flushes, encoding the reply: the serve loop is
+//! one thread, so its wall time is what bounds the request rate), the bytes of the Result
+//! replies, which carry the history delta (every model the group has not seen yet), and the
+//! process's CPU seconds over the band (which include generating the architectures).
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use aiperf::arch::{resnet50, Graph, Shape};
+use aiperf::cluster::primary::{Primary, PrimaryConfig};
+use aiperf::cluster::protocol::{encode, ToGroup, ToPrimary};
+use aiperf::search::{random_morphism, Hparams, Limits, Space};
+use aiperf_records::writer::{PrimaryWriter, RunMeta};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(default)
+}
+
+/// CPU seconds of this process (user + system), from `/proc/self/stat`.
+fn cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // Fields 14 and 15 (utime, stime) are the 12th and 13th after the command name.
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
+}
+
+/// Per-kind totals within one band of history sizes.
+#[derive(Default)]
+struct Band {
+    seconds: [f64; 4],
+    count: [u64; 4],
+    reply_bytes: u64,
+}
+
+const KINDS: [&str; 4] = ["register", "suggest", "progress", "result"];
+
+/// Distinct ResNet-50 morphs, as the groups' generators would propose them.
+struct Proposer {
+    start: Graph,
+    current: Vec<Graph>,
+    seen: HashSet<aiperf::arch::Descriptor>,
+    rng: ChaCha8Rng,
+}
+
+impl Proposer {
+    fn next(&mut self, group: usize) -> Graph {
+        loop {
+            let g = &self.current[group];
+            let kernel = [3, 5, 7][self.rng.random_range(0..3)];
+            let next = match random_morphism(g, kernel, &Limits::default(), &mut self.rng, 20) {
+                Some((_, next)) if self.rng.random_bool(0.9) => next,
+                _ => self.start.clone(),
+            };
+            self.current[group] = next.clone();
+            if self.seen.insert(next.descriptor()) {
+                return next;
+            }
+        }
+    }
+}
+
+fn meta(groups: u32) -> RunMeta {
+    RunMeta {
+        program_version: env!("CARGO_PKG_VERSION").into(),
+        config_json: "{}".into(),
+        start_time_s: 0.0,
+        world_size: groups + 1,
+        groups,
+        accelerators: groups,
+        hosts: vec!["bench".into()],
+        devices: vec!["emulated".into()],
+        seed: 1,
+        dataset: "imagenet".into(),
+        start_architecture: "resnet50".into(),
+        precision: "emulated".into(),
+        dataset_json: "{}".into(),
+        search_json: "{}".into(),
+    }
+}
+
+/// Handles `msg` from group `g`'s leader (world rank g + 1) and encodes the reply; adds the
+/// wall time to `band` under `kind`.
+fn timed(
+    p: &mut Primary<PrimaryWriter>,
+    band: &mut Band,
+    kind: usize,
+    g: usize,
+    msg: ToPrimary,
+) -> Option<ToGroup> {
+    let t = Instant::now();
+    let reply = p
+        .handle(g as i32 + 1, msg, 1.0, false)
+        .expect("a valid request");
+    let bytes = reply.as_ref().map_or(0, |r| encode(r).len());
+    band.seconds[kind] += t.elapsed().as_secs_f64();
+    band.count[kind] += 1;
+    if kind == 3 {
+        band.reply_bytes += bytes as u64;
+    }
+    reply
+}
+
+fn main() {
+    let groups: usize = env_or("PAPER_GROUPS", 512);
+    let history: usize = env_or("HISTORY", 5000);
+    let epochs: u32 = env_or("EPOCHS", 1);
+    let mut bands: Vec<usize> = [100, 500, 1000, 2000, 5000, 10_000]
+        .into_iter()
+        .filter(|&b| b < history)
+        .collect();
+    bands.push(history);
+    let dir = std::env::temp_dir().join(format!("aiperf-bench-primary-{}", std::process::id()));
+    let writer = PrimaryWriter::create(&dir, &meta(groups as u32)).expect("primary.h5");
+    let h = Hparams {
+        batch_size: 64,
+        kernel_size: 3,
+    };
+    let mut p = Primary::new(
+        writer,
+        PrimaryConfig {
+            leaders: (1..=groups).collect(),
+            space: Space::default(),
+            defaults: h,
+            seed: 1,
+            deadline_s: f64::INFINITY,
+        },
+    )
+    .expect("a primary");
+    let start = resnet50(Shape::new(3, 224, 224), 1000);
+    let mut proposer = Proposer {
+        current: vec![start.clone(); groups],
+        start,
+        seen: HashSet::new(),
+        rng: ChaCha8Rng::seed_from_u64(512),
+    };
+    for g in 0..groups {
+        p.handle(
+            g as i32 + 1,
+            ToPrimary::Hello {
+                group: g as u32,
+                ranks: 8,
+                host: "n".into(),
+            },
+            0.0,
+            false,
+        )
+        .expect("hello");
+    }
+    let (mut done, mut band, mut band_start, mut cpu0) = (0usize, Band::default(), 0usize, cpu_s());
+    let mut g = 0usize;
+    for &edge in &bands {
+        while done < edge {
+            let graph = proposer.next(g);
+            let group = g as u32;
+            let reg = ToPrimary::Register {
+                group,
+                father: None,
+                graph,
+            };
+            let Some(ToGroup::Registered { model_id }) = timed(&mut p, &mut band, 0, g, reg) else {
+                continue;
+            };
+            timed(
+                &mut p,
+                &mut band,
+                1,
+                g,
+                ToPrimary::Suggest {
+                    group,
+                    round: 0,
+                    father: None,
+                },
+            );
+            for epoch in 0..epochs {
+                let msg = ToPrimary::Progress {
+                    group,
+                    model_id,
+                    epoch,
+                    val_accuracy: 0.5,
+                    ops: 1,
+                };
+                timed(&mut p, &mut band, 2, g, msg);
+            }
+            let accuracy = 0.5 + 0.4 * (done as f64 / history as f64);
+            let msg = ToPrimary::Result {
+                group,
+                model_id,
+                accuracy,
+                reported: accuracy,
+                epochs,
+                hparams: h,
+                failed: false,
+            };
+            timed(&mut p, &mut band, 3, g, msg);
+            done += 1;
+            g = (g + 1) % groups;
+        }
+        report(groups, band_start, edge, &band, cpu_s() - cpu0);
+        (band, band_start, cpu0) = (Band::default(), edge, cpu_s());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn report(groups: usize, from: usize, to: usize, b: &Band, cpu: f64) {
+    let us = |k: usize| 1e6 * b.seconds[k] / b.count[k].max(1) as f64;
+    let per_trial: f64 = (0..4).map(|k| b.seconds[k]).sum::<f64>() / b.count[3].max(1) as f64;
+    let fields: Vec<String> = (0..4)
+        .map(|k| format!("\"{}_us\":{:.1}", KINDS[k], us(k)))
+        .collect();
+    println!(
+        "{{\"what\":\"primary\",\"groups\":{groups},\"history_from\":{from},\"history_to\":{to},\"trials\":{},{},\"trial_cpu_s\":{per_trial:.6},\"result_reply_bytes\":{},\"band_cpu_s\":{cpu:.3}}}",
+        b.count[3],
+        fields.join(","),
+        b.reply_bytes / b.count[3].max(1),
+    );
+}
