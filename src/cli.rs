@@ -69,6 +69,9 @@ pub struct DpCheckArgs {
     /// Bytes per exchange bucket (small values check the pipelined path).
     #[arg(long, default_value_t = crate::train::exchange::DEFAULT_BUCKET_BYTES)]
     pub bucket_bytes: u64,
+    /// Where the exchange's buffer is (device: one flat tensor handed to MPI in place).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub staging: crate::train::staging::Staging,
 }
 
 /// `aiperf comm-bench`'s flags.

@@ -25,6 +25,11 @@ pub struct Platform {
     pub mpi_world_size: i32,
     /// This process's MPI rank.
     pub mpi_rank: i32,
+    /// Whether the MPI library takes CUDA device memory (`yes`, `no`, `unknown`; asked at
+    /// run time, `AIPERF_MPI_CUDA_AWARE` overrides) — `auto` exchange staging follows it.
+    pub mpi_cuda_aware: String,
+    /// Whether the MPI headers compiled against describe a CUDA-aware build.
+    pub mpi_cuda_aware_compiled: bool,
     /// The HDF5 library version.
     pub hdf5_version: String,
     /// Host name.
@@ -34,7 +39,8 @@ pub struct Platform {
 }
 
 impl Platform {
-    /// Probes libtorch, HDF5 and the host; MPI facts come from the caller's world.
+    /// Probes libtorch, HDF5 and the host; MPI facts come from the caller's world (call
+    /// after `MPI_Init`).
     pub fn probe(mpi_library: String, mpi_world_size: i32, mpi_rank: i32) -> Self {
         let (a, b, c) = hdf5::library_version();
         Platform {
@@ -46,6 +52,8 @@ impl Platform {
             mpi_library,
             mpi_world_size,
             mpi_rank,
+            mpi_cuda_aware: format!("{:?}", crate::train::inplace::cuda_aware()).to_lowercase(),
+            mpi_cuda_aware_compiled: crate::train::inplace::cuda_aware_compiled(),
             hdf5_version: format!("{a}.{b}.{c}"),
             host: std::fs::read_to_string("/proc/sys/kernel/hostname")
                 .map(|h| h.trim().to_string())

@@ -76,7 +76,7 @@ fn ranks_stay_bit_identical_and_match_one_process() {
 #[test]
 fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
     // Buckets of 4 KiB reduced one by one and pipelined (non-blocking), one bucket, and
-    // the reduce + broadcast fallback: identical ranks, the same bytes, and the same
+    // the reduce + broadcast fallback, from host and from device staging: identical ranks, the same bytes, and the same
     // training up to summation order.
     for np in [2, 3] {
         let runs: Vec<serde_json::Value> = [
@@ -90,6 +90,22 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
             ][..],
             &["--frozen-bn"][..],
             &["--frozen-bn", "--exchange", "reduce-bcast"][..],
+            // The buffer as one flat tensor handed to MPI in place (the CUDA-aware path,
+            // on CPU memory): buckets, and the fallback.
+            &[
+                "--frozen-bn",
+                "--bucket-bytes",
+                "4096",
+                "--staging",
+                "device",
+            ][..],
+            &[
+                "--frozen-bn",
+                "--exchange",
+                "reduce-bcast",
+                "--staging",
+                "device",
+            ][..],
         ]
         .iter()
         .map(|a| run(np, a))

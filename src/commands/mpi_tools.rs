@@ -25,7 +25,7 @@ pub fn doctor(json: bool) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string(&p)?);
     } else {
         println!(
-            "rank {}/{} on {} ({} cpus): aiperf {}, libtorch {} (cuda: {}, {} device(s), {} threads), MPI {}, HDF5 {}",
+            "rank {}/{} on {} ({} cpus): aiperf {}, libtorch {} (cuda: {}, {} device(s), {} threads), MPI {} (CUDA-aware: {}), HDF5 {}",
             p.mpi_rank,
             p.mpi_world_size,
             p.host,
@@ -36,6 +36,7 @@ pub fn doctor(json: bool) -> anyhow::Result<()> {
             p.cuda_devices,
             p.torch_threads,
             p.mpi_library,
+            p.mpi_cuda_aware,
             p.hdf5_version
         );
     }
@@ -131,6 +132,7 @@ pub fn dp_check(a: &crate::cli::DpCheckArgs) -> anyhow::Result<()> {
         first_bucket_bytes: a
             .bucket_bytes
             .min(crate::train::exchange::DEFAULT_FIRST_BUCKET_BYTES),
+        staging: a.staging,
     };
     let report = crate::train::dp_check(&world, a.steps, a.frozen_bn, &cfg)?;
     if world.rank() == 0 {

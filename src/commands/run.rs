@@ -409,6 +409,9 @@ fn real_trainer(
         subset: h.source.subset.zip(v.source.subset).map(|(a, b)| a || b),
         crc32: Some([h.crc32, v.crc32]),
     };
+    // A staging the device cannot use fails here, before anything runs.
+    let staging = p.train.exchange.staging.resolve(place.device)?;
+    log::info!("gradient exchange on {}", staging.describe());
     let real = RealTrainer {
         cfg: p.train.clone(),
         device: place.device,

@@ -61,6 +61,11 @@ pub struct RunFlags {
     /// [default: 26214400, DDP's 25 MiB].
     #[arg(long)]
     pub bucket_bytes: Option<u64>,
+    /// Where the exchange's buffer is: host (pinned for CUDA tensors), device (handed to a
+    /// CUDA-aware MPI as it is), or auto (device when the MPI says it is CUDA-aware)
+    /// [default: auto].
+    #[arg(long, value_enum)]
+    pub exchange_staging: Option<crate::train::staging::Staging>,
     /// Trace the first N steps of every epoch on every rank (data wait, forward+backward,
     /// each bucket's exchange, optimizer) into the records; `aiperf score --trace FILE`
     /// exports them [default: 0, none].
@@ -139,6 +144,7 @@ impl RunFlags {
             ("--precision", self.precision.is_some()),
             ("--exchange", self.exchange.is_some()),
             ("--bucket-bytes", self.bucket_bytes.is_some()),
+            ("--exchange-staging", self.exchange_staging.is_some()),
             ("--trace-steps", self.trace_steps.is_some()),
             ("--results", self.results.is_some()),
             ("--start", self.start.is_some()),

@@ -76,7 +76,7 @@ pub fn dp_check<C: super::inplace::RawComm>(
     .build(&vs, 0.05)?;
     let vars = vs.trainable_variables();
     let buffers = float_buffers(&vs);
-    let mut buf = Vec::new();
+    let mut buf = super::staging::ExchangeBuffer::default();
     let global = 13usize;
     let (mut losses, mut identical, mut bytes) = (Vec::new(), true, 0);
     for step in 0..i64::from(steps) {

@@ -13,6 +13,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::inplace::{self, InFlight, RawComm};
+use super::staging::Staging;
 use super::TrainError;
 
 /// The exchange's collective.
@@ -45,6 +46,9 @@ pub struct ExchangeConfig {
     pub bucket_bytes: u64,
     /// The same for the first bucket.
     pub first_bucket_bytes: u64,
+    /// Where the buffer is (`--exchange-staging`; absent from older records: `auto`).
+    #[serde(default)]
+    pub staging: Staging,
 }
 
 impl Default for ExchangeConfig {
@@ -53,6 +57,7 @@ impl Default for ExchangeConfig {
             method: ExchangeMethod::Allreduce,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES,
+            staging: Staging::Auto,
         }
     }
 }
@@ -176,6 +181,47 @@ pub fn exchange_flat<C: RawComm>(
     exchange(comm, cfg, sizes, &mut fill, buf)
 }
 
+/// Sums over `comm` the pieces of `sizes` elements already in place, one after another, at
+/// `data` (a flat buffer on the tensors' device, `--exchange-staging device`): each bucket
+/// by a blocking in-place `MPI_Allreduce` (the values are all there before the first starts,
+/// so there is no copy to overlap and `allreduce-pipelined` does the same), or one reduce +
+/// broadcast.
+///
+/// # Safety
+/// `data` must be valid for Σ `sizes` f32s that MPI can read and write (host memory, or
+/// device memory with a CUDA-aware MPI, every kernel writing it completed), untouched
+/// otherwise until this returns.
+pub unsafe fn exchange_resident<C: RawComm>(
+    comm: &C,
+    cfg: &ExchangeConfig,
+    sizes: &[usize],
+    data: *mut f32,
+) -> ExchangeTimes {
+    let started = Instant::now();
+    let spans = match cfg.method {
+        ExchangeMethod::ReduceBcast => {
+            let t = unix_s();
+            inplace::reduce_bcast_raw(comm, data, sizes.iter().sum());
+            vec![(t, unix_s())]
+        }
+        ExchangeMethod::Allreduce | ExchangeMethod::AllreducePipelined => {
+            let mut offset = 0;
+            (buckets(sizes, cfg).iter())
+                .map(|b| {
+                    let t = unix_s();
+                    inplace::allreduce_raw(comm, data.add(offset), b.elems);
+                    offset += b.elems;
+                    (t, unix_s())
+                })
+                .collect()
+        }
+    };
+    ExchangeTimes {
+        seconds: started.elapsed().as_secs_f64(),
+        buckets: spans,
+    }
+}
+
 /// Fills each bucket and reduces it in place with a blocking `MPI_Allreduce`, in turn.
 /// Returns each bucket's (start, end).
 fn bucketed<C: RawComm>(
@@ -241,6 +287,7 @@ mod tests {
             method: ExchangeMethod::Allreduce,
             bucket_bytes: rest,
             first_bucket_bytes: first,
+            staging: Staging::Auto,
         }
     }
 

@@ -11,53 +11,109 @@ use mpi::raw::AsRaw;
 
 extern "C" {
     fn aiperf_mpi_in_place() -> *mut c_void;
+    fn aiperf_mpi_cuda_aware() -> c_int;
+    fn aiperf_mpi_cuda_aware_compiled() -> c_int;
+}
+
+/// Whether the MPI library passes CUDA device memory itself (asked at run time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CudaAware {
+    /// It says it does (OpenMPI's `MPIX_Query_cuda_support`).
+    Yes,
+    /// It says it does not.
+    No,
+    /// It has no way to say (not OpenMPI): treated as not.
+    Unknown,
+}
+
+/// Asks the MPI library (after `MPI_Init`) whether it is CUDA-aware; `AIPERF_MPI_CUDA_AWARE`
+/// = `0` or `1` overrides the answer (e.g. an MPICH or MVAPICH2 built with CUDA, which
+/// cannot say).
+pub fn cuda_aware() -> CudaAware {
+    match std::env::var("AIPERF_MPI_CUDA_AWARE").as_deref() {
+        Ok("1") => return CudaAware::Yes,
+        Ok("0") => return CudaAware::No,
+        _ => {}
+    }
+    // SAFETY: a query without arguments.
+    match unsafe { aiperf_mpi_cuda_aware() } {
+        1 => CudaAware::Yes,
+        0 => CudaAware::No,
+        _ => CudaAware::Unknown,
+    }
+}
+
+/// Whether the MPI headers aiperf was compiled against describe a CUDA-aware build.
+pub fn cuda_aware_compiled() -> bool {
+    // SAFETY: a query without arguments.
+    unsafe { aiperf_mpi_cuda_aware_compiled() != 0 }
 }
 
 /// A communicator whose raw handle the C calls take.
 pub trait RawComm: AsRaw<Raw = ffi::MPI_Comm> + mpi::traits::Communicator {}
 impl<T: AsRaw<Raw = ffi::MPI_Comm> + mpi::traits::Communicator> RawComm for T {}
 
-/// A buffer's length as MPI's count (callers check the bound before filling anything).
+/// A length as MPI's count (callers check the bound before filling anything).
+fn count_of(len: usize) -> c_int {
+    c_int::try_from(len).expect("exchange buffers are checked to fit an MPI count")
+}
+
 fn count(buf: &[f32]) -> c_int {
-    c_int::try_from(buf.len()).expect("exchange buffers are checked to fit an MPI count")
+    count_of(buf.len())
 }
 
 /// `MPI_Allreduce(MPI_IN_PLACE, buf, …, MPI_SUM)`: `buf` becomes the sum over `comm`.
 pub fn allreduce<C: RawComm>(comm: &C, buf: &mut [f32]) {
-    // SAFETY: `buf` is valid for `count(buf)` f32s for the whole (blocking) call; MPI's
-    // default error handler aborts the job on failure, so the return code is always success.
-    unsafe {
-        ffi::MPI_Allreduce(
-            aiperf_mpi_in_place(),
-            buf.as_mut_ptr().cast(),
-            count(buf),
-            ffi::RSMPI_FLOAT,
-            ffi::RSMPI_SUM,
-            comm.as_raw(),
-        );
-    }
+    // SAFETY: `buf` is valid for its length for the whole (blocking) call.
+    unsafe { allreduce_raw(comm, buf.as_mut_ptr(), buf.len()) }
+}
+
+/// [`allreduce`] of `len` f32s at `data`, which may be device memory that MPI can read.
+///
+/// # Safety
+/// `data` must be valid for `len` f32s, read and written only by this call until it returns
+/// (for device memory: every kernel writing it has completed). MPI's default error handler
+/// aborts the job on failure, so the return code is always success.
+pub unsafe fn allreduce_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
+    ffi::MPI_Allreduce(
+        aiperf_mpi_in_place(),
+        data.cast(),
+        count_of(len),
+        ffi::RSMPI_FLOAT,
+        ffi::RSMPI_SUM,
+        comm.as_raw(),
+    );
 }
 
 /// The sum onto `comm`'s rank 0 in place, then broadcast from it: every rank's `buf`
 /// becomes rank 0's sum, bit-identical by construction.
 pub fn reduce_bcast<C: RawComm>(comm: &C, buf: &mut [f32]) {
-    let root = comm.rank() == 0;
-    let data = buf.as_mut_ptr().cast::<c_void>();
-    // SAFETY: as in `allreduce`; on the root the send buffer is MPI_IN_PLACE, elsewhere `buf`
-    // is only read (the receive buffer is ignored off the root).
-    unsafe {
-        let send = if root { aiperf_mpi_in_place() } else { data };
-        ffi::MPI_Reduce(
-            send,
-            data,
-            count(buf),
-            ffi::RSMPI_FLOAT,
-            ffi::RSMPI_SUM,
-            0,
-            comm.as_raw(),
-        );
-        ffi::MPI_Bcast(data, count(buf), ffi::RSMPI_FLOAT, 0, comm.as_raw());
-    }
+    // SAFETY: `buf` is valid for its length for the whole (blocking) call.
+    unsafe { reduce_bcast_raw(comm, buf.as_mut_ptr(), buf.len()) }
+}
+
+/// [`reduce_bcast`] of `len` f32s at `data`.
+///
+/// # Safety
+/// As [`allreduce_raw`]. On the root the send buffer is `MPI_IN_PLACE`; elsewhere `data` is
+/// only read by the reduce (the receive buffer is ignored off the root).
+pub unsafe fn reduce_bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
+    let data = data.cast::<c_void>();
+    let send = if comm.rank() == 0 {
+        aiperf_mpi_in_place()
+    } else {
+        data
+    };
+    ffi::MPI_Reduce(
+        send,
+        data,
+        count_of(len),
+        ffi::RSMPI_FLOAT,
+        ffi::RSMPI_SUM,
+        0,
+        comm.as_raw(),
+    );
+    ffi::MPI_Bcast(data, count_of(len), ffi::RSMPI_FLOAT, 0, comm.as_raw());
 }
 
 /// In-place `MPI_Iallreduce`s in flight, each over a buffer borrowed for `'a`: the borrow

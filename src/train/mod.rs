@@ -14,6 +14,7 @@ pub mod inplace;
 pub mod scaler;
 pub mod schedule;
 pub mod simulated;
+pub mod staging;
 mod sync;
 mod trainer;
 

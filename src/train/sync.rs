@@ -1,13 +1,15 @@
 //! The gradient exchange. Gradients are flattened into f32 buckets, scaled by this rank's
 //! share of the global batch, summed over the group ([`super::exchange`]: bucketed,
 //! pipelined `MPI_Iallreduce`, or reduce + broadcast), then copied into the gradient
-//! tensors. Every rank must end with the same sums: the per-epoch parameter hash checks it
+//! tensors; the buffer is on the host (pinned for CUDA) or on the device ([`super::staging::Staging`]).
+//! Every rank must end with the same sums: the per-epoch parameter hash checks it
 //! under the MPI in use (reduce + broadcast guarantees it by construction).
 
-use tch::Tensor;
+use tch::{Device, Tensor};
 
-use super::exchange::{exchange, ExchangeConfig};
+use super::exchange::{exchange, exchange_resident, ExchangeConfig, ExchangeTimes};
 use super::inplace::RawComm;
+use super::staging::{host_view, ExchangeBuffer, Resolved};
 use super::TrainError;
 
 /// What one exchange cost.
@@ -41,15 +43,16 @@ pub(super) fn float_buffers(vs: &tch::nn::VarStore) -> Vec<Tensor> {
 }
 
 /// Replaces each tensor of `tensors` in place by Σ_ranks weight_rank · tensor_rank: flattened
-/// into `buf` and scaled, bucket by bucket, summed in place ([`exchange`]), copied back.
-/// With `extra`, one more value rides unscaled at the end; its sum is returned.
+/// and scaled into the exchange's buffer (on the host, or on the tensors' device:
+/// [`super::staging::Staging`]), summed in place ([`exchange`]), copied back. With `extra`, one more value
+/// rides unscaled at the end; its sum is returned.
 fn weighted_sum<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
     tensors: &[Tensor],
     weight: f32,
     extra: Option<f32>,
-    buf: &mut Vec<f32>,
+    buf: &mut ExchangeBuffer,
 ) -> Result<(SyncStats, f32), TrainError> {
     let mut sizes: Vec<usize> = tensors.iter().map(|t| t.numel()).collect();
     let values: usize = sizes.iter().sum();
@@ -60,38 +63,22 @@ fn weighted_sum<C: RawComm>(
     if i32::try_from(total).is_err() {
         return Err(TrainError::TooLarge(total));
     }
-    buf.clear();
-    buf.resize(total, 0.0);
-    let mut fill = |pieces: std::ops::Range<usize>, dst: &mut [f32]| -> Result<(), TrainError> {
-        let mut offset = 0;
-        for i in pieces {
-            let n = sizes[i];
-            match tensors.get(i) {
-                Some(t) => {
-                    t.f_contiguous()?
-                        .f_copy_data(&mut dst[offset..offset + n], n)?;
-                    dst[offset..offset + n]
-                        .iter_mut()
-                        .for_each(|x| *x *= weight);
-                }
-                None => dst[offset] = extra.unwrap_or(0.0),
-            }
-            offset += n;
+    let device = tensors.first().map_or(Device::Cpu, Tensor::device);
+    let (times, finite, summed) = match cfg.staging.resolve(device)? {
+        Resolved::Host { pinned } => via_host(
+            comm,
+            cfg,
+            tensors,
+            &sizes,
+            weight,
+            extra,
+            buf.host(total, pinned)?,
+        )?,
+        Resolved::Device(d) => {
+            let flat = buf.device(total, d)?;
+            in_place(comm, cfg, tensors, &sizes, weight, extra, &flat)?
         }
-        Ok(())
     };
-    let times = exchange(comm, cfg, &sizes, &mut fill, buf)?;
-    let reduced = &buf[..];
-    let mut offset = 0;
-    tch::no_grad(|| -> Result<(), TrainError> {
-        for (t, &n) in tensors.iter().zip(&sizes) {
-            let summed = Tensor::f_from_slice(&reduced[offset..offset + n])?.f_view_as(t)?;
-            t.shallow_clone().f_copy_(&summed)?;
-            offset += n;
-        }
-        Ok(())
-    })?;
-    let summed = extra.map_or(0.0, |_| reduced[values]);
     // A group of one rank exchanges nothing, whatever the call costs.
     let sent = if comm.size() > 1 { total } else { 0 };
     Ok((
@@ -100,10 +87,117 @@ fn weighted_sum<C: RawComm>(
             seconds: times.seconds,
             buckets: times.buckets,
             // The sum is the same on every rank, so is this verdict.
-            finite: reduced[..values].iter().all(|x| x.is_finite()),
+            finite,
         },
         summed,
     ))
+}
+
+/// What a staged exchange returns: its times, whether every summed value is finite, and the
+/// sum of the extra value.
+type Summed = (ExchangeTimes, bool, f32);
+
+/// [`weighted_sum`] through the host slice `host` (Σ `sizes` long): each bucket is filled
+/// by libtorch copies into views of it (DMA from CUDA when it is pinned), scaled, summed.
+fn via_host<C: RawComm>(
+    comm: &C,
+    cfg: &ExchangeConfig,
+    tensors: &[Tensor],
+    sizes: &[usize],
+    weight: f32,
+    extra: Option<f32>,
+    host: &mut [f32],
+) -> Result<Summed, TrainError> {
+    let mut fill = |pieces: std::ops::Range<usize>, dst: &mut [f32]| -> Result<(), TrainError> {
+        let mut offset = 0;
+        for i in pieces {
+            let n = sizes[i];
+            let part = &mut dst[offset..offset + n];
+            match tensors.get(i) {
+                Some(t) => {
+                    // SAFETY: `part` is borrowed for this statement only and not used
+                    // otherwise while the view is written.
+                    let mut view = unsafe { host_view(part.as_mut_ptr(), n)? };
+                    view.f_copy_(&t.f_reshape([-1])?)?;
+                    part.iter_mut().for_each(|x| *x *= weight);
+                }
+                None => part[0] = extra.unwrap_or(0.0),
+            }
+            offset += n;
+        }
+        Ok(())
+    };
+    let times = exchange(comm, cfg, sizes, &mut fill, host)?;
+    let values = host.len() - usize::from(extra.is_some());
+    let mut offset = 0;
+    tch::no_grad(|| -> Result<(), TrainError> {
+        for (t, &n) in tensors.iter().zip(sizes) {
+            // SAFETY: the view only reads `host`, which nothing writes meanwhile.
+            let summed = unsafe { host_view(host[offset..].as_mut_ptr(), n)? };
+            t.shallow_clone().f_copy_(&summed.f_view_as(t)?)?;
+            offset += n;
+        }
+        Ok(())
+    })?;
+    let finite = host[..values].iter().all(|x| x.is_finite());
+    let summed = extra.map_or(0.0, |_| host[values]);
+    Ok((times, finite, summed))
+}
+
+/// [`weighted_sum`] in the flat tensor `flat` on the tensors' device, handed to MPI as it
+/// is. A rank whose copies fail still takes part in every collective (with zeros) and
+/// returns the error after, so no rank is left waiting.
+fn in_place<C: RawComm>(
+    comm: &C,
+    cfg: &ExchangeConfig,
+    tensors: &[Tensor],
+    sizes: &[usize],
+    weight: f32,
+    extra: Option<f32>,
+    flat: &Tensor,
+) -> Result<Summed, TrainError> {
+    let values: usize = sizes[..tensors.len()].iter().sum();
+    let filled = tch::no_grad(|| -> Result<(), TrainError> {
+        let mut offset = 0;
+        for (t, &n) in tensors.iter().zip(sizes) {
+            flat.f_narrow(0, offset as i64, n as i64)?
+                .f_copy_(&t.f_reshape([-1])?)?;
+            offset += n;
+        }
+        let _ = flat
+            .f_narrow(0, 0, values as i64)?
+            .f_mul_scalar_(f64::from(weight))?;
+        if let Some(x) = extra {
+            let _ = flat.f_narrow(0, values as i64, 1)?.f_fill_(f64::from(x))?;
+        }
+        Ok(())
+    });
+    if filled.is_err() {
+        let _ = flat.shallow_clone().f_zero_();
+    }
+    if let Device::Cuda(i) = flat.device() {
+        // MPI reads the memory directly: every kernel writing it must have completed.
+        tch::Cuda::synchronize(i as i64);
+    }
+    // SAFETY: `flat` is a contiguous f32 tensor of Σ `sizes` elements that only this call
+    // uses; on CUDA the MPI said it takes device memory and the device is synchronised.
+    let times = unsafe { exchange_resident(comm, cfg, sizes, flat.data_ptr().cast::<f32>()) };
+    filled?;
+    let mut offset = 0;
+    tch::no_grad(|| -> Result<(), TrainError> {
+        for (t, &n) in tensors.iter().zip(sizes) {
+            let summed = flat.f_narrow(0, offset as i64, n as i64)?;
+            t.shallow_clone().f_copy_(&summed.f_view_as(t)?)?;
+            offset += n;
+        }
+        Ok(())
+    })?;
+    let finite = bool::try_from(flat.f_narrow(0, 0, values as i64)?.f_isfinite()?.f_all()?)?;
+    let summed = match extra {
+        Some(_) => flat.f_double_value(&[values as i64])? as f32,
+        None => 0.0,
+    };
+    Ok((times, finite, summed))
 }
 
 /// Replaces each buffer (batch-norm running statistics: non-trainable float variables) by
@@ -115,7 +209,7 @@ pub fn average_buffers<C: RawComm>(
     cfg: &ExchangeConfig,
     buffers: &[Tensor],
     weight: f32,
-    buf: &mut Vec<f32>,
+    buf: &mut ExchangeBuffer,
 ) -> Result<SyncStats, TrainError> {
     weighted_sum(comm, cfg, buffers, weight, None, buf).map(|r| r.0)
 }
@@ -129,7 +223,7 @@ pub fn sync_gradients<C: RawComm>(
     cfg: &ExchangeConfig,
     vars: &[Tensor],
     weight: f32,
-    buf: &mut Vec<f32>,
+    buf: &mut ExchangeBuffer,
 ) -> Result<SyncStats, TrainError> {
     sync_gradients_with_flag(comm, cfg, vars, weight, false, buf).map(|r| r.0)
 }
@@ -142,7 +236,7 @@ pub fn sync_gradients_with_flag<C: RawComm>(
     vars: &[Tensor],
     weight: f32,
     flag: bool,
-    buf: &mut Vec<f32>,
+    buf: &mut ExchangeBuffer,
 ) -> Result<(SyncStats, bool), TrainError> {
     // `grad()` returns a handle on the gradient's storage: writing it writes the gradient.
     let grads: Vec<Tensor> = vars

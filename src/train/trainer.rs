@@ -20,6 +20,7 @@ use tch::{nn, Device, Kind, Reduction, Tensor};
 use super::exchange::{unix_s, ExchangeConfig};
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
+use super::staging::ExchangeBuffer;
 use super::sync::{all_variables, float_buffers, sync_gradients_with_flag};
 use super::{
     average_buffers, exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun,
@@ -128,7 +129,7 @@ pub struct TrialTrainer<'c, C: Communicator> {
     schedule: LrSchedule,
     scaler: Option<LossScaler>,
     /// The exchange's buffer, reused.
-    buf: Vec<f32>,
+    buf: ExchangeBuffer,
 }
 
 /// The libtorch trainer: data-parallel over the group, on this rank's device.
@@ -313,7 +314,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                 total_epochs: f64::from(spec.epochs.max(1)),
             },
             scaler: (cfg.precision == Precision::Fp16).then(LossScaler::default),
-            buf: Vec::new(),
+            buf: ExchangeBuffer::default(),
         })
     }
 
