@@ -33,6 +33,11 @@ struct Args {
     n: usize,
     #[arg(long, default_value = "3x32x32")]
     shape: String,
+    /// Consume at this many images/s (sleeping for each batch's share of a second, as a
+    /// training step on a fast accelerator would take) and report the fraction of the time
+    /// spent waiting for data, instead of the throughput.
+    #[arg(long)]
+    consume: Option<f64>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -69,7 +74,51 @@ fn make_synthetic(dir: &std::path::Path, n: usize, shape: &str) -> anyhow::Resul
     Ok(())
 }
 
+/// The data-wait fraction under a consumer of `rate` images/s: per epoch (after one warm-up
+/// epoch), the time spent waiting for batches after the first over the time from the first
+/// batch's arrival (the steady state of a long epoch), and the first batch's wait (each
+/// epoch starts its workers afresh).
+fn consume(loader: &Loader, args: &Args, rate: f64) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        rate > 0.0 && rate.is_finite(),
+        "--consume must be a positive rate"
+    );
+    for rep in 0..=args.reps {
+        let (start, mut waited, mut images) = (Instant::now(), 0f64, 0usize);
+        let (mut first_wait, mut steady_from) = (0f64, start);
+        let mut batches = loader.epoch(rep);
+        loop {
+            let w = Instant::now();
+            let Some(batch) = batches.next() else { break };
+            let (x, _y) = batch?.to_tensors(tch::Device::Cpu)?;
+            if images == 0 {
+                first_wait = w.elapsed().as_secs_f64();
+                steady_from = Instant::now();
+            } else {
+                waited += w.elapsed().as_secs_f64();
+            }
+            let n = x.size()[0] as usize;
+            images += n;
+            std::thread::sleep(std::time::Duration::from_secs_f64(n as f64 / rate));
+        }
+        let steady = steady_from.elapsed().as_secs_f64();
+        if rep > 0 {
+            println!(
+                "{{\"impl\":\"consume\",\"augment\":\"{}\",\"workers\":{},\"batch\":{},\"rep\":{rep},\"rate\":{rate},\"images\":{images},\"first_batch_s\":{first_wait:.6},\"data_wait_fraction\":{:.4},\"images_per_s\":{:.1}}}",
+                args.augment,
+                args.workers,
+                args.batch,
+                waited / steady,
+                images as f64 / start.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
+    // As the aiperf binary does.
+    aiperf::platform::keep_freed_memory();
     let args = Args::parse();
     if let Some(dir) = &args.make_synthetic {
         return make_synthetic(dir, args.n, &args.shape);
@@ -88,10 +137,14 @@ fn main() -> anyhow::Result<()> {
         ..LoaderConfig::default()
     };
     let loader = Loader::new(Arc::clone(&pack), cfg)?;
+    if let Some(rate) = args.consume {
+        return consume(&loader, &args, rate);
+    }
     let report = |what: &str, rep: u64, secs: f64| {
         println!(
-            "{{\"impl\":\"{what}\",\"dataset\":\"{}\",\"augment\":\"{:?}\",\"workers\":{},\"batch\":{},\"rep\":{rep},\"images\":{n},\"seconds\":{secs:.6},\"images_per_s\":{:.1}}}",
+            "{{\"impl\":\"{what}\",\"dataset\":\"{}\",\"split\":\"{}\",\"augment\":\"{}\",\"workers\":{},\"batch\":{},\"rep\":{rep},\"images\":{n},\"seconds\":{secs:.6},\"images_per_s\":{:.1}}}",
             pack.header().source.dataset,
+            args.split,
             args.augment,
             args.workers,
             args.batch,
@@ -117,7 +170,7 @@ fn main() -> anyhow::Result<()> {
         let t = Instant::now();
         let mut images = 0usize;
         for batch in loader.epoch(rep) {
-            let (x, _y) = batch.to_tensors(tch::Device::Cpu)?;
+            let (x, _y) = batch?.to_tensors(tch::Device::Cpu)?;
             images += x.size()[0] as usize;
         }
         assert_eq!(images, n);

@@ -43,6 +43,9 @@ struct Args {
     /// Alternating repetitions.
     #[arg(long, default_value_t = 3)]
     reps: usize,
+    /// Round number, for the output (the script pairs each round's runs).
+    #[arg(long, default_value_t = 0)]
+    round: usize,
     /// Write the architecture's IR JSON here and exit.
     #[arg(long)]
     write_arch: Option<PathBuf>,
@@ -51,6 +54,8 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
+    // As the aiperf binary does.
+    aiperf::platform::keep_freed_memory();
     let args = Args::parse();
     let Some(graph) = arch::by_name(&args.arch, args.input, args.classes) else {
         anyhow::bail!("unknown --arch {}", args.arch);
@@ -90,6 +95,7 @@ fn main() -> anyhow::Result<()> {
         precision: Precision::Fp32,
         exchange: aiperf::train::exchange::ExchangeConfig::default(),
         trace_steps: 0,
+        augment_on: aiperf::train::AugmentOn::Auto,
     };
     let spec = TrialSpec {
         graph: graph.clone(),
@@ -126,23 +132,25 @@ fn main() -> anyhow::Result<()> {
     );
     let report = |what: &str, rep: usize, secs: f64| {
         println!(
-            "{{\"impl\":\"{what}\",\"arch\":\"{}\",\"batch\":{},\"threads\":{},\"rep\":{rep},\"images\":{images},\"seconds\":{secs:.6},\"images_per_s\":{:.1}}}",
+            "{{\"impl\":\"{what}\",\"round\":{},\"arch\":\"{}\",\"batch\":{},\"threads\":{},\"rep\":{rep},\"images\":{images},\"seconds\":{secs:.6},\"images_per_s\":{:.1}}}",
+            args.round,
             args.arch,
             args.batch,
             args.threads,
             images as f64 / secs
         );
     };
-    for rep in 0..args.reps {
-        // aiperf's trial trainer: one epoch of `steps` steps (+ one validation batch).
+    // The trainer's epoch.
+    let run_aiperf = |rep: usize| -> anyhow::Result<f64> {
         let mut trainer = TrialTrainer::new(&world, &cfg, Device::Cpu, &train, &val, &spec)?;
         let t = Instant::now();
         let stats = trainer.epoch(1 + rep as u32, &|| false)?;
         let secs = t.elapsed().as_secs_f64();
         anyhow::ensure!(stats.train_images as usize == images, "short epoch");
-        report("aiperf", rep, secs);
-        drop(trainer);
-        // The bare tch loop.
+        Ok(secs)
+    };
+    // The bare tch loop.
+    let run_bare = || -> anyhow::Result<f64> {
         tch::manual_seed(1);
         let vs = nn::VarStore::new(Device::Cpu);
         let net = Net::build(&vs.root(), &graph)?;
@@ -170,7 +178,17 @@ fn main() -> anyhow::Result<()> {
             opt.step();
             let _ = loss.double_value(&[]);
         }
-        report("bare-tch", rep, t.elapsed().as_secs_f64());
+        Ok(t.elapsed().as_secs_f64())
+    };
+    for rep in 0..args.reps {
+        // Alternate which runs first (ABBA), so warm-up and drift hit both alike.
+        if rep % 2 == 0 {
+            report("aiperf", rep, run_aiperf(rep)?);
+            report("bare-tch", rep, run_bare()?);
+        } else {
+            report("bare-tch", rep, run_bare()?);
+            report("aiperf", rep, run_aiperf(rep)?);
+        }
     }
     Ok(())
 }

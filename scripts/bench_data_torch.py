@@ -1,5 +1,6 @@
 """PyTorch DataLoader peer for scripts/bench-data: the same packed split, the same
-augmentation (torchvision v2 RandomCrop(padding) + RandomHorizontalFlip, or none), the same
+augmentation (torchvision v2 RandomCrop(padding) + RandomHorizontalFlip; RandomResizedCrop
+(bilinear, no antialias, as aiperf) + RandomHorizontalFlip; CenterCrop; or none), the same
 normalisation, batch size and worker count. Prints one JSON object per epoch."""
 
 import argparse
@@ -38,10 +39,20 @@ class PackDataset(Dataset):
         return self.transform(x), int(self.labels[i])
 
 
+def augment_name(a):
+    if a.rrc > 0:
+        return f"random-resized-crop:{a.rrc}"
+    if a.center > 0:
+        return f"center-crop:{a.center}"
+    return f"crop-flip:{a.pad}" if a.pad >= 0 else "none"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pack", required=True)
     ap.add_argument("--pad", type=int, default=-1, help="crop-flip padding; -1 = no augmentation")
+    ap.add_argument("--rrc", type=int, default=0, help="RandomResizedCrop(SIZE) + flip")
+    ap.add_argument("--center", type=int, default=0, help="CenterCrop(SIZE)")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--reps", type=int, default=3)
@@ -50,6 +61,10 @@ def main():
     steps = []
     if a.pad >= 0:
         steps += [v2.RandomCrop((h["height"], h["width"]), padding=a.pad), v2.RandomHorizontalFlip()]
+    if a.rrc > 0:
+        steps += [v2.RandomResizedCrop(a.rrc, antialias=False), v2.RandomHorizontalFlip()]
+    if a.center > 0:
+        steps += [v2.CenterCrop(a.center)]
     steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(h["channel_mean"], h["channel_std"])]
     ds = PackDataset(a.pack, v2.Compose(steps))
     dl = DataLoader(ds, batch_size=a.batch, shuffle=True, num_workers=a.workers, persistent_workers=True)
@@ -58,7 +73,8 @@ def main():
         n = sum(x.shape[0] for x, _ in dl)
         s = time.perf_counter() - t
         if rep > 0:
-            print(json.dumps({"impl": "pytorch", "dataset": h["source"]["dataset"], "workers": a.workers,
+            print(json.dumps({"impl": "pytorch", "dataset": h["source"]["dataset"], "split": h["split"],
+                              "augment": augment_name(a), "workers": a.workers,
                               "batch": a.batch, "rep": rep, "images": n, "seconds": s, "images_per_s": n / s}),
                   flush=True)
 

@@ -167,6 +167,10 @@ pub struct DataCheckArgs {
     /// Shuffle seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Where the augmentation runs: cpu (the loader threads) or device (libtorch, here on the
+    /// CPU: what a GPU would run) [auto: cpu without a GPU].
+    #[arg(long, value_enum, default_value = "auto")]
+    pub augment_on: crate::train::AugmentOn,
 }
 
 /// A flag outside its range: the flag, its value and the range allowed.

@@ -7,6 +7,7 @@ use aiperf::commands;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    aiperf::platform::keep_freed_memory();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     let cli = Cli::parse();
     let result = match cli.command {

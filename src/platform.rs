@@ -3,6 +3,35 @@
 
 use serde::Serialize;
 
+/// What [`keep_freed_memory`] sets both glibc thresholds to: 1 GiB.
+pub const MALLOC_KEEP_BYTES: i32 = 1 << 30;
+
+/// Keeps large freed blocks in the process for reuse instead of handing them back to the
+/// kernel. By default glibc maps every allocation over 32 MiB afresh — each page faulted in
+/// and zeroed by the kernel on first touch — and unmaps it when freed: for the loader's
+/// batches (64 × 3 × 224 × 224 floats are 38 MiB) and libtorch's large activations that
+/// is paid on every step, about half the loader's time at ImageNet size (README, `make
+/// bench-data`). Sets `M_MMAP_THRESHOLD` and `M_TRIM_THRESHOLD` to [`MALLOC_KEEP_BYTES`]
+/// unless the user chose them (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`); the
+/// process keeps up to that much freed memory mapped. Returns whether both were set.
+pub fn keep_freed_memory() -> bool {
+    #[cfg(target_env = "gnu")]
+    {
+        let chosen = |name: &str| std::env::var_os(name).is_some();
+        if chosen("MALLOC_MMAP_THRESHOLD_") || chosen("MALLOC_TRIM_THRESHOLD_") {
+            return false;
+        }
+        // SAFETY: mallopt only adjusts the allocator's thresholds; called before other
+        // threads allocate (at the start of main).
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, MALLOC_KEEP_BYTES) == 1
+                && libc::mallopt(libc::M_TRIM_THRESHOLD, MALLOC_KEEP_BYTES) == 1
+        }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    false
+}
+
 /// The directory of the libtorch this binary was linked against (its rpath).
 pub const LIBTORCH_LIB: &str = env!("AIPERF_LIBTORCH_LIB");
 

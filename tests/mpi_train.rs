@@ -156,14 +156,13 @@ fn real_training_under_mpirun_with_groups_of_two_and_three_ranks() {
     std::fs::create_dir_all(&data).unwrap();
     write_split(&data, "train", 384, 1);
     write_split(&data, "val", 96, 2);
-    for (np, ranks) in [(3usize, 2u64), (4, 3)] {
+    // The 3-rank group also runs the device paths on the CPU: augmentation by libtorch
+    // from the stored images, and the exchange's buffer handed to MPI as one tensor.
+    let device = ["--augment-on", "device", "--exchange-staging", "device"];
+    for (np, ranks, paths) in [(3usize, 2u64, &[][..]), (4, 3, &device[..])] {
         let results = tmp.path().join(format!("np{np}"));
-        let (out, err) = run(
-            np,
-            &data,
-            &results,
-            &["--duration", "25", "--trace-steps", "2"],
-        );
+        let flags = [&["--duration", "25", "--trace-steps", "2"][..], paths].concat();
+        let (out, err) = run(np, &data, &results, &flags);
         assert!(out.contains("score (sustained)"), "{out}");
         assert!(
             err.contains(&format!("bit-identical on all {ranks} ranks")),

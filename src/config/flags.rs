@@ -66,6 +66,11 @@ pub struct RunFlags {
     /// [default: auto].
     #[arg(long, value_enum)]
     pub exchange_staging: Option<crate::train::staging::Staging>,
+    /// Where the loader's augmentation runs: auto (on the GPU when training on CUDA), cpu
+    /// (loader threads) or device (resampled, flipped, cast and normalised by libtorch on
+    /// the training device) [default: auto].
+    #[arg(long, value_enum)]
+    pub augment_on: Option<crate::train::AugmentOn>,
     /// Trace the first N steps of every epoch on every rank (data wait, forward+backward,
     /// each bucket's exchange, optimizer) into the records; `aiperf score --trace FILE`
     /// exports them [default: 0, none].
@@ -145,6 +150,7 @@ impl RunFlags {
             ("--exchange", self.exchange.is_some()),
             ("--bucket-bytes", self.bucket_bytes.is_some()),
             ("--exchange-staging", self.exchange_staging.is_some()),
+            ("--augment-on", self.augment_on.is_some()),
             ("--trace-steps", self.trace_steps.is_some()),
             ("--results", self.results.is_some()),
             ("--start", self.start.is_some()),

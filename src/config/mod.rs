@@ -195,6 +195,9 @@ fn training_overrides(t: &mut crate::train::TrainConfig, f: &RunFlags) -> Result
     if let Some(s) = f.exchange_staging {
         t.exchange.staging = s;
     }
+    if let Some(a) = f.augment_on {
+        t.augment_on = a;
+    }
     if let Some(b) = f.bucket_bytes {
         let b = count_in("--bucket-bytes", b, 4, 1 << 34)?;
         t.exchange.bucket_bytes = b;

@@ -76,6 +76,7 @@ impl Preset {
             precision: Precision::Fp32,
             exchange: ExchangeConfig::default(),
             trace_steps: 0,
+            augment_on: crate::train::AugmentOn::Auto,
         };
         match name {
             // Sized for `make run` on 2 CPU cores (mpirun -np 3: one group of two ranks):

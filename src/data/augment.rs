@@ -109,6 +109,29 @@ impl Augment {
     }
 }
 
+impl std::fmt::Display for Augment {
+    /// The command line's spelling (`random-resized-crop:SIZE` names torchvision's default
+    /// scale and ratio; other ranges are shown after it).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Augment::None => write!(f, "none"),
+            Augment::CropFlip { pad } => write!(f, "crop-flip:{pad}"),
+            Augment::CenterCrop { size } => write!(f, "center-crop:{size}"),
+            Augment::RandomResizedCrop { size, .. }
+                if *self == Augment::random_resized_crop(size) =>
+            {
+                write!(f, "random-resized-crop:{size}")
+            }
+            Augment::RandomResizedCrop { size, scale, ratio } => {
+                write!(
+                    f,
+                    "random-resized-crop:{size} (scale {scale:?}, ratio {ratio:?})"
+                )
+            }
+        }
+    }
+}
+
 impl std::str::FromStr for Augment {
     type Err = String;
 
@@ -191,6 +214,37 @@ pub fn apply(
             let flip = rng.random_bool(0.5);
             resize_bilinear(src, shape, affine, (y, x, h, w), size as usize, flip, out)
         }
+    }
+}
+
+/// One axis of a resampling: per output index, the two source indices and the second's
+/// weight.
+pub type Taps = Vec<(usize, usize, f32)>;
+
+/// The (row, column) taps that resample one sample as [`apply`] does — drawing from `rng`
+/// exactly as `apply` draws, flip included — for augmentations that are pure resamplings
+/// (`None`, `CenterCrop`: weight 0; `RandomResizedCrop`: bilinear); `None` for crop-flip,
+/// whose zero padding is not one.
+pub fn taps(aug: &Augment, shape: Shape, rng: &mut ChaCha8Rng) -> Option<(Taps, Taps)> {
+    let exact = |start: usize, len: usize| (start..start + len).map(|i| (i, i, 0.0)).collect();
+    match *aug {
+        Augment::None => Some((exact(0, shape.h), exact(0, shape.w))),
+        Augment::CenterCrop { size } => {
+            let size = size as usize;
+            let (oy, ox) = ((shape.h - size) / 2, (shape.w - size) / 2);
+            Some((exact(oy, size), exact(ox, size)))
+        }
+        Augment::RandomResizedCrop { size, scale, ratio } => {
+            let (top, left, bh, bw) = resized_crop_box(shape.h, shape.w, scale, ratio, rng);
+            let flip = rng.random_bool(0.5);
+            let size = size as usize;
+            let mut cols = bilinear_axis(left, bw, size, shape.w);
+            if flip {
+                cols.reverse();
+            }
+            Some((bilinear_axis(top, bh, size, shape.h), cols))
+        }
+        Augment::CropFlip { .. } => None,
     }
 }
 
@@ -315,7 +369,10 @@ fn bilinear_axis(
 }
 
 /// Resizes the box (top, left, height, width) of `src` to `size`×`size`, bilinear, with an
-/// optional horizontal flip, normalised.
+/// optional horizontal flip, normalised. Separable: each source row an output row needs is
+/// first resampled horizontally (kept for the next output row, which mostly shares it),
+/// then two such rows are blended per output row — a contiguous loop the compiler
+/// vectorises. The arithmetic is the direct formula's, in the same order.
 fn resize_bilinear(
     src: &[u8],
     Shape { c, h, w }: Shape,
@@ -330,20 +387,75 @@ fn resize_bilinear(
     if flip {
         cols.reverse();
     }
+    let mut cache = RowCache::new(size);
     for ch in 0..c {
         let (scale, bias) = (affine.scale[ch], affine.bias[ch]);
         let plane = &src[ch * h * w..(ch + 1) * h * w];
+        cache.clear();
         for (row_out, &(y0, y1, wy)) in out[ch * size * size..(ch + 1) * size * size]
             .chunks_exact_mut(size)
             .zip(&rows)
         {
-            let (r0, r1) = (&plane[y0 * w..(y0 + 1) * w], &plane[y1 * w..(y1 + 1) * w]);
-            for (o, &(x0, x1, wx)) in row_out.iter_mut().zip(&cols) {
-                let top = f32::from(r0[x0]) + (f32::from(r0[x1]) - f32::from(r0[x0])) * wx;
-                let bot = f32::from(r1[x0]) + (f32::from(r1[x1]) - f32::from(r1[x0])) * wx;
-                *o = (top + (bot - top) * wy) * scale + bias;
+            let (a, b) = cache.pair(y0, y1, |y, buf| {
+                horizontal(&plane[y * w..(y + 1) * w], &cols, buf)
+            });
+            for ((o, &t), &u) in row_out.iter_mut().zip(a).zip(b) {
+                *o = (t + (u - t) * wy) * scale + bias;
             }
         }
+    }
+}
+
+/// One source row resampled at the columns `cols` (x0, x1, weight of x1).
+fn horizontal(row: &[u8], cols: &[(usize, usize, f32)], out: &mut [f32]) {
+    for (o, &(x0, x1, wx)) in out.iter_mut().zip(cols) {
+        let p0 = f32::from(row[x0]);
+        *o = p0 + (f32::from(row[x1]) - p0) * wx;
+    }
+}
+
+/// The last two horizontally resampled source rows, by source row index.
+struct RowCache {
+    tags: [usize; 2],
+    bufs: [Vec<f32>; 2],
+}
+
+impl RowCache {
+    fn new(len: usize) -> Self {
+        RowCache {
+            tags: [usize::MAX; 2],
+            bufs: [vec![0.0; len], vec![0.0; len]],
+        }
+    }
+
+    fn clear(&mut self) {
+        self.tags = [usize::MAX; 2];
+    }
+
+    /// The resampled rows `y0` and `y1` (`fill` computes a missing one), reusing cached ones.
+    fn pair(
+        &mut self,
+        y0: usize,
+        y1: usize,
+        mut fill: impl FnMut(usize, &mut [f32]),
+    ) -> (&[f32], &[f32]) {
+        // Slot for y0: where it is, else the slot not holding y1.
+        let s0 = match self.tags {
+            [t, _] if t == y0 => 0,
+            [_, t] if t == y0 => 1,
+            [t, _] if t == y1 => 1,
+            _ => 0,
+        };
+        if self.tags[s0] != y0 {
+            fill(y0, &mut self.bufs[s0]);
+            self.tags[s0] = y0;
+        }
+        let s1 = if y1 == y0 { s0 } else { 1 - s0 };
+        if self.tags[s1] != y1 {
+            fill(y1, &mut self.bufs[s1]);
+            self.tags[s1] = y1;
+        }
+        (&self.bufs[s0], &self.bufs[s1])
     }
 }
 
@@ -384,6 +496,14 @@ mod tests {
             .parse::<Augment>()
             .unwrap_err()
             .contains("unknown augmentation"));
+        for spec in [
+            "none",
+            "crop-flip:4",
+            "center-crop:224",
+            "random-resized-crop:64",
+        ] {
+            assert_eq!(spec.parse::<Augment>().unwrap().to_string(), spec);
+        }
     }
 
     #[test]
@@ -471,6 +591,58 @@ mod tests {
             &mut out,
         );
         assert_eq!(out, vec![14.0, 15.0, 20.0, 21.0]);
+    }
+
+    /// The direct formula: four source pixels per output pixel.
+    fn resize_reference(
+        src: &[u8],
+        s: Shape,
+        (top, left, bh, bw): (usize, usize, usize, usize),
+        size: usize,
+        flip: bool,
+    ) -> Vec<f32> {
+        let rows = bilinear_axis(top, bh, size, s.h);
+        let mut cols = bilinear_axis(left, bw, size, s.w);
+        if flip {
+            cols.reverse();
+        }
+        let mut out = Vec::new();
+        for ch in 0..s.c {
+            let plane = &src[ch * s.h * s.w..(ch + 1) * s.h * s.w];
+            for &(y0, y1, wy) in &rows {
+                for &(x0, x1, wx) in &cols {
+                    let p = |y: usize, x: usize| f32::from(plane[y * s.w + x]);
+                    let top = p(y0, x0) + (p(y0, x1) - p(y0, x0)) * wx;
+                    let bot = p(y1, x0) + (p(y1, x1) - p(y1, x0)) * wx;
+                    out.push(top + (bot - top) * wy);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn separable_resize_equals_the_direct_formula_bit_for_bit() {
+        let s = Shape { c: 3, h: 37, w: 29 };
+        let src: Vec<u8> = (0..3 * 37 * 29).map(|i| ((i * 7919) % 256) as u8).collect();
+        // Down- and upscaling boxes, at the edges and inside, flipped or not.
+        for (bx, size) in [
+            ((0, 0, 37, 29), 16),
+            ((5, 3, 9, 7), 24),
+            ((30, 20, 7, 9), 5),
+            ((0, 0, 37, 29), 64),
+            ((2, 1, 1, 1), 3),
+        ] {
+            for flip in [false, true] {
+                let mut out = vec![f32::NAN; 3 * size * size];
+                resize_bilinear(&src, s, &UNIT(3), bx, size, flip, &mut out);
+                assert_eq!(
+                    out,
+                    resize_reference(&src, s, bx, size, flip),
+                    "box {bx:?} size {size} flip {flip}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::seeds::mix;
 
 use super::augment::{self, Affine, Augment, Shape};
-use super::DataError;
+use super::{device_aug, DataError};
 
 /// How a rank loads one split.
 #[derive(Clone, Debug, PartialEq)]
@@ -44,6 +44,24 @@ pub struct LoaderConfig {
     /// Samples per epoch: the first `limit` of each epoch's order — a fresh random subset
     /// every epoch when shuffling, a fixed one otherwise. `None` = the whole split.
     pub limit: Option<usize>,
+    /// What the workers hand over: finished images on the host, or the stored images and
+    /// resize tables for augmentation on the device.
+    pub output: Output,
+}
+
+/// Where the loader's augmentation runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Output {
+    /// Augmented and normalised by the workers into host tensors, page-locked (`pinned`)
+    /// when they feed a CUDA device.
+    #[default]
+    Host,
+    /// As `Host`, in pinned memory.
+    Pinned,
+    /// The workers ship the stored u8 images (pinned) with each sample's bilinear tables;
+    /// [`Batch::to_tensors`] resamples, flips, casts and normalises on the device. For
+    /// `none`, `center-crop` and `random-resized-crop` (others fall back to `Pinned`).
+    Device,
 }
 
 impl Default for LoaderConfig {
@@ -61,12 +79,13 @@ impl Default for LoaderConfig {
             workers: 2,
             prefetch: 2,
             limit: None,
+            output: Output::Host,
         }
     }
 }
 
 /// One rank's share of one global batch, ready for the model.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Debug)]
 pub struct Batch {
     /// The epoch it belongs to.
     pub epoch: u64,
@@ -76,12 +95,21 @@ pub struct Batch {
     pub global_size: usize,
     /// The dataset indices of this rank's samples.
     pub indices: Vec<usize>,
-    /// Images, N×C×H×W, normalised float32.
-    pub images: Vec<f32>,
+    /// The images as the workers made them.
+    pub images: Images,
     /// Class labels, N.
     pub labels: Vec<i64>,
-    /// (N, C, H, W).
+    /// (N, C, H, W) of the images the model gets.
     pub shape: [usize; 4],
+}
+
+/// A batch's images.
+#[derive(Debug)]
+pub enum Images {
+    /// N×C×H×W float32, augmented and normalised, in a host tensor's memory.
+    Ready(tch::Tensor),
+    /// The stored u8 images and what the device does with them ([`super::device_aug`]).
+    Raw(super::device_aug::RawImages),
 }
 
 impl Batch {
@@ -119,34 +147,43 @@ fn sample_rng(seed: u64, epoch: u64, sample: usize) -> ChaCha8Rng {
 }
 
 /// Everything a worker needs, shared read-only.
-struct Plan {
-    pack: Arc<Pack>,
-    cfg: LoaderConfig,
-    affine: Affine,
-    shape: Shape,
-    out_hw: (usize, usize),
+pub(super) struct Plan {
+    pub(super) pack: Arc<Pack>,
+    pub(super) cfg: LoaderConfig,
+    pub(super) affine: Affine,
+    pub(super) shape: Shape,
+    pub(super) out_hw: (usize, usize),
 }
 
 impl Plan {
-    fn make_batch(&self, epoch: u64, index: usize, global: &[usize]) -> Batch {
+    fn make_batch(&self, epoch: u64, index: usize, global: &[usize]) -> Result<Batch, DataError> {
         let mine = &global[shard_range(global.len(), self.cfg.group_size, self.cfg.rank)];
         let (oh, ow) = self.out_hw;
-        let per = self.shape.c * oh * ow;
-        let mut images = vec![0f32; mine.len() * per];
-        let mut labels = Vec::with_capacity(mine.len());
-        for (&i, out) in mine.iter().zip(images.chunks_exact_mut(per)) {
-            let mut rng = sample_rng(self.cfg.seed, epoch, i);
-            augment::apply(
-                &self.cfg.augment,
-                self.pack.image(i),
-                self.shape,
-                &self.affine,
-                &mut rng,
-                out,
-            );
-            labels.push(i64::from(self.pack.label(i)));
-        }
-        Batch {
+        let labels = mine
+            .iter()
+            .map(|&i| i64::from(self.pack.label(i)))
+            .collect();
+        let rng = |i: usize| sample_rng(self.cfg.seed, epoch, i);
+        let images = match self.cfg.output {
+            Output::Device if device_aug::supports(&self.cfg.augment) => {
+                Images::Raw(device_aug::RawImages::gather(self, mine, rng)?)
+            }
+            output => {
+                let dims = [mine.len(), self.shape.c, oh, ow];
+                // Page-locked only where there is a CUDA device to copy to.
+                let pinned = output != Output::Host && tch::Cuda::is_available();
+                let mut t = host_tensor(dims, tch::Kind::Float, pinned)?;
+                // SAFETY: a fresh contiguous f32 tensor that only this worker holds.
+                let out = unsafe { host_slice::<f32>(&mut t) };
+                let per = self.shape.c * oh * ow;
+                for (&i, out) in mine.iter().zip(out.chunks_exact_mut(per.max(1))) {
+                    let (aug, src) = (&self.cfg.augment, self.pack.image(i));
+                    augment::apply(aug, src, self.shape, &self.affine, &mut rng(i), out);
+                }
+                Images::Ready(t)
+            }
+        };
+        Ok(Batch {
             epoch,
             index,
             global_size: global.len(),
@@ -154,8 +191,36 @@ impl Plan {
             images,
             labels,
             shape: [mine.len(), self.shape.c, oh, ow],
-        }
+        })
     }
+}
+
+/// An uninitialised contiguous host tensor of `dims`, page-locked when `pinned`.
+pub(super) fn host_tensor(
+    dims: [usize; 4],
+    kind: tch::Kind,
+    pinned: bool,
+) -> Result<tch::Tensor, DataError> {
+    let dims = dims.map(|d| d as i64);
+    let t = tch::Tensor::f_empty(dims, (kind, tch::Device::Cpu))?;
+    Ok(if pinned {
+        t.f_pin_memory(tch::Device::Cuda(0))?
+    } else {
+        t
+    })
+}
+
+/// The elements of a contiguous host tensor of element type `T`, writable.
+///
+/// # Safety
+/// `t` must be a contiguous CPU tensor of `T`s that nothing else reads or writes while the
+/// slice lives.
+pub(super) unsafe fn host_slice<T>(t: &mut tch::Tensor) -> &mut [T] {
+    let n = t.numel();
+    if n == 0 {
+        return &mut [];
+    }
+    std::slice::from_raw_parts_mut(t.data_ptr().cast::<T>(), n)
 }
 
 /// Loads epochs of one packed split for one rank.
@@ -275,8 +340,10 @@ impl Loader {
                     let b = plan.cfg.global_batch;
                     for index in (w..total).step_by(workers) {
                         let global = &order[index * b..((index + 1) * b).min(order.len())];
-                        if tx.send(plan.make_batch(epoch, index, global)).is_err() {
-                            return; // the consumer went away
+                        let batch = plan.make_batch(epoch, index, global);
+                        let failed = batch.is_err();
+                        if tx.send(batch).is_err() || failed {
+                            return; // the consumer went away, or was told why this stops
                         }
                     }
                 })
@@ -295,16 +362,16 @@ impl Loader {
 
 /// The batches of one epoch, in order.
 pub struct EpochIter {
-    receivers: Vec<Receiver<Batch>>,
+    receivers: Vec<Receiver<Result<Batch, DataError>>>,
     handles: Vec<JoinHandle<()>>,
     next: usize,
     total: usize,
 }
 
 impl Iterator for EpochIter {
-    type Item = Batch;
+    type Item = Result<Batch, DataError>;
 
-    fn next(&mut self) -> Option<Batch> {
+    fn next(&mut self) -> Option<Result<Batch, DataError>> {
         if self.next >= self.total {
             return None;
         }
@@ -312,8 +379,10 @@ impl Iterator for EpochIter {
         self.next += 1;
         match rx.recv() {
             Ok(batch) => Some(batch),
-            // A worker only hangs up early by panicking; surface that rather than stop short.
-            Err(_) => panic!("a data loader thread died; see its panic message above"),
+            // A worker hangs up early only after sending its error, or by panicking.
+            Err(_) => Some(Err(DataError::Config(
+                "a data loader thread died; see its panic message above".into(),
+            ))),
         }
     }
 

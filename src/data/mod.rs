@@ -3,12 +3,15 @@
 //! on worker threads with bounded prefetch, and conversion to libtorch tensors.
 
 mod augment;
+pub mod device_aug;
 mod loader;
 mod tensor;
 
 pub use aiperf_data_prep::{split_path, Header, Pack};
 pub use augment::Augment;
-pub use loader::{epoch_order, shard_range, Batch, EpochIter, Loader, LoaderConfig};
+pub use loader::{
+    epoch_order, shard_range, Batch, EpochIter, Images, Loader, LoaderConfig, Output,
+};
 
 /// Why data could not be loaded.
 #[derive(Debug, thiserror::Error)]

@@ -1,34 +1,35 @@
 //! Hands loader batches to libtorch: NCHW float32 images and int64 labels on the training
-//! device, staged through pinned host memory when the device is a GPU.
+//! device — the workers' host tensor as it is on the CPU, copied asynchronously from pinned
+//! memory to a GPU, or augmented on the device from the stored images.
 
 use tch::{Device, Kind, Tensor};
 
-use super::{Batch, DataError};
+use super::{Batch, DataError, Images};
 
 impl Batch {
-    /// The batch as (images N×C×H×W float32, labels N int64) on `device`. For CUDA the host
-    /// copy is pinned and the transfer asynchronous.
+    /// The batch as (images N×C×H×W float32, labels N int64) on `device`.
     pub fn to_tensors(&self, device: Device) -> Result<(Tensor, Tensor), DataError> {
-        let dims: Vec<i64> = self
-            .shape
-            .iter()
-            .map(|&d| {
-                i64::try_from(d)
-                    .map_err(|_| DataError::Config(format!("batch dimension {d} exceeds i64")))
-            })
-            .collect::<Result<_, _>>()?;
-        let images = Tensor::f_from_slice(&self.images)?.f_reshape(&dims)?;
         let labels = Tensor::f_from_slice(&self.labels)?;
-        if device.is_cuda() {
-            let move_pinned = |t: Tensor| -> Result<Tensor, tch::TchError> {
-                t.f_pin_memory(device)?
-                    .f_to_device_(device, t.kind(), true, false)
-            };
-            Ok((move_pinned(images)?, move_pinned(labels)?))
+        let images = match &self.images {
+            Images::Ready(t) if device.is_cuda() => {
+                t.f_to_device_(device, Kind::Float, true, false)?
+            }
+            Images::Ready(t) => t.shallow_clone(),
+            Images::Raw(raw) => raw.augment(device)?,
+        };
+        let labels = if device.is_cuda() {
+            labels.f_to_device(device)?
         } else {
-            debug_assert_eq!(images.kind(), Kind::Float);
-            Ok((images, labels))
-        }
+            labels
+        };
+        Ok((images, labels))
+    }
+
+    /// The images as host floats, N·C·H·W in order (for checks and tests; augments raw
+    /// batches on the CPU).
+    pub fn pixels(&self) -> Result<Vec<f32>, DataError> {
+        let (x, _) = self.to_tensors(Device::Cpu)?;
+        Ok(Vec::<f32>::try_from(x.f_flatten(0, -1)?)?)
     }
 }
 
@@ -38,12 +39,13 @@ mod tests {
 
     #[test]
     fn tensors_keep_shape_values_and_kinds() {
+        let values: Vec<f32> = (0..2 * 3 * 2 * 2).map(|v| v as f32 * 0.5).collect();
         let batch = Batch {
             epoch: 0,
             index: 0,
             global_size: 2,
             indices: vec![4, 9],
-            images: (0..2 * 3 * 2 * 2).map(|v| v as f32 * 0.5).collect(),
+            images: Images::Ready(Tensor::from_slice(&values).view([2, 3, 2, 2])),
             labels: vec![3, 7],
             shape: [2, 3, 2, 2],
         };
@@ -53,5 +55,6 @@ mod tests {
         assert_eq!(y.kind(), Kind::Int64);
         assert_eq!(x.double_value(&[1, 2, 1, 0]), ((12 + 8 + 2) as f64) * 0.5);
         assert_eq!(Vec::<i64>::try_from(&y).unwrap(), vec![3, 7]);
+        assert_eq!(batch.pixels().unwrap(), values);
     }
 }

@@ -74,7 +74,7 @@ fn every_sample_exactly_once_per_epoch_across_ranks() {
                 let mut steps = BTreeSet::new();
                 for rank in 0..group {
                     let loader = Loader::new(Arc::clone(&pack), cfg(batch, rank, group)).unwrap();
-                    let batches: Vec<Batch> = loader.epoch(epoch).collect();
+                    let batches: Vec<Batch> = loader.epoch(epoch).map(Result::unwrap).collect();
                     steps.insert(batches.len());
                     for b in &batches {
                         assert_eq!(b.len(), b.indices.len());
@@ -115,7 +115,7 @@ fn drop_last_drops_only_the_partial_batch() {
         .unwrap();
         assert_eq!(loader.batches_per_epoch(), 4);
         assert_eq!(loader.samples_per_epoch(), 48);
-        for b in loader.epoch(3) {
+        for b in loader.epoch(3).map(Result::unwrap) {
             assert_eq!((b.len(), b.global_size), (4, 12));
             for i in b.indices {
                 assert!(seen.insert(i), "sample {i} twice");
@@ -141,7 +141,10 @@ fn a_limit_draws_a_fresh_subset_each_shuffled_epoch_and_a_fixed_one_otherwise() 
         .unwrap();
         assert_eq!(loader.batches_per_epoch(), 3);
         assert_eq!(loader.samples_per_epoch(), 25);
-        let all: Vec<usize> = loader.epoch(epoch).flat_map(|b| b.indices).collect();
+        let all: Vec<usize> = loader
+            .epoch(epoch)
+            .flat_map(|b| b.unwrap().indices)
+            .collect();
         assert_eq!(all.len(), 25);
         all.into_iter().collect()
     };
@@ -175,14 +178,15 @@ fn labels_and_plain_images_come_from_the_right_samples() {
         ..cfg(6, 0, 1)
     };
     let loader = Loader::new(Arc::clone(&pack), c).unwrap();
-    for b in loader.epoch(0) {
+    for b in loader.epoch(0).map(Result::unwrap) {
         assert_eq!(b.shape[1..], [2, 3, 3]);
+        let images = b.pixels().unwrap();
         for (k, &i) in b.indices.iter().enumerate() {
             assert_eq!(b.labels[k], (i % 7) as i64);
             for (p, &px) in pack.image(i).iter().enumerate() {
                 let ch = p / 9;
                 let want = (f32::from(px) / 255.0 - mean[ch]) / std[ch];
-                assert!((b.images[k * 18 + p] - want).abs() < 1e-5);
+                assert!((images[k * 18 + p] - want).abs() < 1e-5);
             }
         }
     }
@@ -192,6 +196,14 @@ fn collect(pack: &Arc<Pack>, c: LoaderConfig, epoch: u64) -> Vec<Batch> {
     Loader::new(Arc::clone(pack), c)
         .unwrap()
         .epoch(epoch)
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// What a batch delivers: its samples, labels and image values.
+fn contents(batches: &[Batch]) -> Vec<(Vec<usize>, Vec<i64>, Vec<f32>)> {
+    (batches.iter())
+        .map(|b| (b.indices.clone(), b.labels.clone(), b.pixels().unwrap()))
         .collect()
 }
 
@@ -222,8 +234,8 @@ fn deterministic_for_seed_epoch_rank_whatever_the_threads() {
         },
         5,
     );
-    assert_eq!(a, b);
-    assert_eq!(a, c);
+    assert_eq!(contents(&a), contents(&b));
+    assert_eq!(contents(&a), contents(&c));
     // Another epoch or seed reshuffles and re-augments.
     let other_epoch = collect(&pack, base.clone(), 6);
     assert_ne!(a[0].indices, other_epoch[0].indices);
@@ -279,13 +291,16 @@ fn a_samples_augmentation_does_not_depend_on_the_group_size() {
             })
             .collect();
         for (step, whole) in single.iter().enumerate() {
-            let joined: Vec<f32> = shares.iter().flat_map(|s| s[step].images.clone()).collect();
+            let joined: Vec<f32> = shares
+                .iter()
+                .flat_map(|s| s[step].pixels().unwrap())
+                .collect();
             let idx: Vec<usize> = shares
                 .iter()
                 .flat_map(|s| s[step].indices.clone())
                 .collect();
             assert_eq!(idx, whole.indices);
-            assert_eq!(joined, whole.images, "{aug:?} step {step}");
+            assert_eq!(joined, whole.pixels().unwrap(), "{aug:?} step {step}");
         }
     }
 }
@@ -300,7 +315,7 @@ fn augmentation_actually_varies_between_epochs() {
         ..cfg(8, 0, 1)
     };
     let epochs: Vec<Vec<f32>> = (0..4)
-        .map(|e| collect(&pack, c.clone(), e)[0].images.clone())
+        .map(|e| collect(&pack, c.clone(), e)[0].pixels().unwrap())
         .collect();
     assert!(epochs.windows(2).all(|w| w[0] != w[1]));
 }
@@ -373,4 +388,46 @@ fn missing_split_suggests_the_preparation_command() {
         e.contains("val.aipk not found") && e.contains("aiperf-data-prep fashion-mnist"),
         "{e}"
     );
+}
+
+#[test]
+fn the_device_path_computes_the_cpu_paths_function() {
+    // Every augmentation the device runs, on CPU tensors (what a GPU runs, op for op):
+    // the same samples, the same draws, the same values within float rounding; crop-flip
+    // (zero padding) stays on the loader threads under the device setting.
+    let tmp = tempfile::tempdir().unwrap();
+    let pack = make_pack(tmp.path(), 30, [3, 20, 17], 5);
+    for aug in [
+        Augment::None,
+        Augment::CenterCrop { size: 11 },
+        Augment::random_resized_crop(13),
+        Augment::random_resized_crop(29),
+        Augment::CropFlip { pad: 2 },
+    ] {
+        let run = |output| {
+            let c = LoaderConfig {
+                augment: aug.clone(),
+                output,
+                ..cfg(8, 1, 2)
+            };
+            collect(&pack, c, 3)
+        };
+        let (cpu, dev) = (run(Output::Host), run(Output::Device));
+        assert_eq!(cpu.len(), dev.len());
+        for (a, b) in cpu.iter().zip(&dev) {
+            assert_eq!(
+                (&a.indices, &a.labels, a.shape),
+                (&b.indices, &b.labels, b.shape)
+            );
+            let raw = matches!(b.images, Images::Raw(_));
+            assert_eq!(raw, !matches!(aug, Augment::CropFlip { .. }), "{aug:?}");
+            let (x, y) = (a.pixels().unwrap(), b.pixels().unwrap());
+            let worst = x
+                .iter()
+                .zip(&y)
+                .map(|(p, q)| (p - q).abs())
+                .fold(0f32, f32::max);
+            assert!(worst <= 1e-5, "{aug:?}: largest difference {worst}");
+        }
+    }
 }

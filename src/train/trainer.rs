@@ -26,7 +26,7 @@ use super::{
     average_buffers, exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun,
 };
 use crate::arch::Graph;
-use crate::data::{Augment, Loader, LoaderConfig, Pack};
+use crate::data::{Augment, Loader, LoaderConfig, Output, Pack};
 use crate::model::Net;
 use crate::search::Hparams;
 
@@ -87,6 +87,33 @@ pub struct TrainConfig {
     /// Steps of each epoch whose spans are traced on every rank (`--trace-steps`; 0: none).
     #[serde(default)]
     pub trace_steps: u32,
+    /// Where the augmentation runs (`--augment-on`; absent from older records: `auto`).
+    #[serde(default)]
+    pub augment_on: AugmentOn,
+}
+
+/// Where the loader's augmentation runs.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AugmentOn {
+    /// On the device when it is CUDA, else on the loader threads.
+    #[default]
+    Auto,
+    /// On the loader threads (into pinned memory for CUDA).
+    Cpu,
+    /// On the training device from the stored images (crop-flip stays on the threads).
+    Device,
+}
+
+impl AugmentOn {
+    /// The loader output for training on `device`.
+    pub fn output(self, device: Device) -> Output {
+        match (self, device.is_cuda()) {
+            (AugmentOn::Device, _) | (AugmentOn::Auto, true) => Output::Device,
+            (AugmentOn::Cpu, true) => Output::Pinned,
+            (_, false) => Output::Host,
+        }
+    }
 }
 
 /// What every rank of the group trains in one trial.
@@ -207,6 +234,7 @@ fn broadcast_initial<C: Communicator>(
 /// trial's batch size.
 fn loaders(
     cfg: &TrainConfig,
+    device: Device,
     (rank, size): (usize, usize),
     (train_pack, val_pack): (&Arc<Pack>, &Arc<Pack>),
     spec: &TrialSpec,
@@ -227,6 +255,7 @@ fn loaders(
             std: None,
             workers: cfg.loader_workers,
             prefetch: cfg.prefetch,
+            output: cfg.augment_on.output(device),
             limit: cfg.train_images,
         },
     )?;
@@ -253,6 +282,7 @@ fn loaders(
             std: Some(h.channel_std.iter().map(|&s| s as f32).collect()),
             workers: cfg.loader_workers,
             prefetch: cfg.prefetch,
+            output: cfg.augment_on.output(device),
             limit: cfg.val_images,
         },
     )?;
@@ -296,7 +326,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             ..Default::default()
         }
         .build(&vs, lr)?;
-        let (train, val) = loaders(cfg, (rank, size), (train_pack, val_pack), spec)?;
+        let (train, val) = loaders(cfg, device, (rank, size), (train_pack, val_pack), spec)?;
         Ok(TrialTrainer {
             comm,
             cfg: cfg.clone(),
@@ -336,7 +366,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             let waited_unix = traced.then(unix_s);
             let batch = batches
                 .next()
-                .ok_or_else(|| TrainError::Config("the loader ended an epoch early".into()))?;
+                .ok_or_else(|| TrainError::Config("the loader ended an epoch early".into()))??;
             let (x, y) = batch.to_tensors(self.device)?;
             stats.data_wait_s += waited.elapsed().as_secs_f64();
             if let Some(t) = waited_unix {
@@ -478,6 +508,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         loop {
             let waited = Instant::now();
             let Some(batch) = batches.next() else { break };
+            let batch = batch?;
             stats.data_wait_s += waited.elapsed().as_secs_f64();
             if batch.is_empty() {
                 continue;
