@@ -66,6 +66,10 @@ pub struct RunFlags {
     /// [default: auto].
     #[arg(long, value_enum)]
     pub exchange_staging: Option<crate::train::staging::Staging>,
+    /// Loader threads per rank (size them per GPU: README, "Data wait under a fast
+    /// consumer") [default: the preset's loader_workers].
+    #[arg(long, value_name = "N")]
+    pub loader_workers: Option<u32>,
     /// Where the loader's augmentation runs: auto (on the GPU when training on CUDA), cpu
     /// (loader threads) or device (resampled, flipped, cast and normalised by libtorch on
     /// the training device) [default: auto].
@@ -151,6 +155,7 @@ impl RunFlags {
             ("--bucket-bytes", self.bucket_bytes.is_some()),
             ("--exchange-staging", self.exchange_staging.is_some()),
             ("--augment-on", self.augment_on.is_some()),
+            ("--loader-workers", self.loader_workers.is_some()),
             ("--trace-steps", self.trace_steps.is_some()),
             ("--results", self.results.is_some()),
             ("--start", self.start.is_some()),

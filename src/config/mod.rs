@@ -198,6 +198,9 @@ fn training_overrides(t: &mut crate::train::TrainConfig, f: &RunFlags) -> Result
     if let Some(a) = f.augment_on {
         t.augment_on = a;
     }
+    if let Some(n) = f.loader_workers {
+        t.loader_workers = count_in("--loader-workers", n, 1, 256)? as usize;
+    }
     if let Some(b) = f.bucket_bytes {
         let b = count_in("--bucket-bytes", b, 4, 1 << 34)?;
         t.exchange.bucket_bytes = b;

@@ -387,3 +387,53 @@ fn exchange_flags_are_range_checked_and_emulated_ops_needs_the_emulated_trainer(
     let back: RecordedConfig = serde_json::from_str(&c.to_json()).unwrap();
     assert_eq!(back, c);
 }
+
+#[test]
+fn data_and_staging_flags_are_recorded_and_range_checked() {
+    for bad in [0, 257] {
+        let e = fresh_err(RunFlags {
+            loader_workers: Some(bad),
+            ..flags()
+        });
+        assert!(
+            e.contains("--loader-workers") && e.contains("1..=256"),
+            "{e}"
+        );
+    }
+    let c = RecordedConfig::fresh(&RunFlags {
+        loader_workers: Some(6),
+        augment_on: Some(crate::train::AugmentOn::Device),
+        exchange_staging: Some(crate::train::staging::Staging::Host),
+        ..flags()
+    })
+    .unwrap();
+    let t = &c.preset.train;
+    assert_eq!(t.loader_workers, 6);
+    assert_eq!(t.augment_on, crate::train::AugmentOn::Device);
+    assert_eq!(t.exchange.staging, crate::train::staging::Staging::Host);
+    let back: RecordedConfig = serde_json::from_str(&c.to_json()).unwrap();
+    assert_eq!(back, c);
+    // A configuration recorded before these settings existed reads as auto.
+    let mut old: serde_json::Value = serde_json::from_str(&c.to_json()).unwrap();
+    let train = old["preset"]["train"].as_object_mut().unwrap();
+    train.remove("augment_on");
+    train["exchange"].as_object_mut().unwrap().remove("staging");
+    let old: RecordedConfig = serde_json::from_value(old).unwrap();
+    assert_eq!(old.preset.train.augment_on, crate::train::AugmentOn::Auto);
+    assert_eq!(
+        old.preset.train.exchange.staging,
+        crate::train::staging::Staging::Auto
+    );
+}
+
+#[test]
+fn auto_augmentation_follows_the_device() {
+    use crate::data::Output;
+    use crate::train::AugmentOn;
+    use tch::Device;
+    assert_eq!(AugmentOn::Auto.output(Device::Cpu), Output::Host);
+    assert_eq!(AugmentOn::Auto.output(Device::Cuda(0)), Output::Device);
+    assert_eq!(AugmentOn::Cpu.output(Device::Cuda(0)), Output::Pinned);
+    assert_eq!(AugmentOn::Cpu.output(Device::Cpu), Output::Host);
+    assert_eq!(AugmentOn::Device.output(Device::Cpu), Output::Device);
+}
