@@ -147,6 +147,12 @@ fn main() -> anyhow::Result<()> {
         let stats = trainer.epoch(1 + rep as u32, &|| false)?;
         let secs = t.elapsed().as_secs_f64();
         anyhow::ensure!(stats.train_images as usize == images, "short epoch");
+        // Where the epoch's time went, as the trainer measured it (stderr: the script reads
+        // stdout).
+        eprintln!(
+            "aiperf epoch: {secs:.3} s, compute {:.3} s, exchange {:.3} s, data wait {:.3} s",
+            stats.compute_s, stats.allreduce_s, stats.data_wait_s
+        );
         Ok(secs)
     };
     // The bare tch loop.
