@@ -115,6 +115,57 @@ fn timed(
     reply
 }
 
+/// One trial of group `g` on `graph`: Register, Suggest, `epochs` × Progress, Result, each
+/// timed into `band`. False when the primary called the graph a duplicate.
+fn trial(
+    p: &mut Primary<PrimaryWriter>,
+    band: &mut Band,
+    (g, graph): (usize, Graph),
+    epochs: u32,
+    accuracy: f64,
+) -> bool {
+    let group = g as u32;
+    let h = Hparams {
+        batch_size: 64,
+        kernel_size: 3,
+    };
+    let reg = ToPrimary::Register {
+        group,
+        father: None,
+        graph,
+    };
+    let Some(ToGroup::Registered { model_id }) = timed(p, band, 0, g, reg) else {
+        return false;
+    };
+    let suggest = ToPrimary::Suggest {
+        group,
+        round: 0,
+        father: None,
+    };
+    timed(p, band, 1, g, suggest);
+    for epoch in 0..epochs {
+        let msg = ToPrimary::Progress {
+            group,
+            model_id,
+            epoch,
+            val_accuracy: 0.5,
+            ops: 1,
+        };
+        timed(p, band, 2, g, msg);
+    }
+    let msg = ToPrimary::Result {
+        group,
+        model_id,
+        accuracy,
+        reported: accuracy,
+        epochs,
+        hparams: h,
+        failed: false,
+    };
+    timed(p, band, 3, g, msg);
+    true
+}
+
 fn main() {
     let groups: usize = env_or("PAPER_GROUPS", 512);
     let history: usize = env_or("HISTORY", 5000);
@@ -165,48 +216,10 @@ fn main() {
     let mut g = 0usize;
     for &edge in &bands {
         while done < edge {
-            let graph = proposer.next(g);
-            let group = g as u32;
-            let reg = ToPrimary::Register {
-                group,
-                father: None,
-                graph,
-            };
-            let Some(ToGroup::Registered { model_id }) = timed(&mut p, &mut band, 0, g, reg) else {
-                continue;
-            };
-            timed(
-                &mut p,
-                &mut band,
-                1,
-                g,
-                ToPrimary::Suggest {
-                    group,
-                    round: 0,
-                    father: None,
-                },
-            );
-            for epoch in 0..epochs {
-                let msg = ToPrimary::Progress {
-                    group,
-                    model_id,
-                    epoch,
-                    val_accuracy: 0.5,
-                    ops: 1,
-                };
-                timed(&mut p, &mut band, 2, g, msg);
-            }
             let accuracy = 0.5 + 0.4 * (done as f64 / history as f64);
-            let msg = ToPrimary::Result {
-                group,
-                model_id,
-                accuracy,
-                reported: accuracy,
-                epochs,
-                hparams: h,
-                failed: false,
-            };
-            timed(&mut p, &mut band, 3, g, msg);
+            if !trial(&mut p, &mut band, (g, proposer.next(g)), epochs, accuracy) {
+                continue;
+            }
             done += 1;
             g = (g + 1) % groups;
         }

@@ -53,6 +53,68 @@ struct Args {
     bench: bool,
 }
 
+/// The first `n` images of `pack`, normalised with its statistics, and their labels.
+fn in_memory(pack: &aiperf::data::Pack, n: usize) -> (Tensor, Tensor) {
+    let h = pack.header();
+    let per = (h.channels * h.height * h.width) as usize;
+    let mut host = Vec::with_capacity(n * per);
+    let (mean, std) = (h.channel_mean[0] as f32, h.channel_std[0] as f32);
+    for i in 0..n {
+        host.extend(
+            pack.image(i)
+                .iter()
+                .map(|&p| (f32::from(p) / 255.0 - mean) / std),
+        );
+    }
+    let dims = [
+        n as i64,
+        i64::from(h.channels),
+        i64::from(h.height),
+        i64::from(h.width),
+    ];
+    let labels: Vec<i64> = (0..n).map(|i| i64::from(pack.label(i))).collect();
+    (
+        Tensor::from_slice(&host).view(dims),
+        Tensor::from_slice(&labels),
+    )
+}
+
+/// The bare tch loop over in-memory tensors: `args.steps` SGD steps; returns its seconds.
+fn bare_loop(
+    graph: &aiperf::arch::Graph,
+    (xs, ys): (&Tensor, &Tensor),
+    args: &Args,
+) -> anyhow::Result<f64> {
+    tch::manual_seed(1);
+    let vs = nn::VarStore::new(Device::Cpu);
+    let net = Net::build(&vs.root(), graph)?;
+    let mut opt = nn::Sgd {
+        momentum: 0.9,
+        wd: 5e-4,
+        ..Default::default()
+    }
+    .build(&vs, 0.1 * f64::from(args.batch) / 256.0)?;
+    let (b, n) = (i64::from(args.batch), xs.size()[0]);
+    let t = Instant::now();
+    for step in 0..args.steps as i64 {
+        let start = (step * b) % (n - b + 1);
+        let loss = net
+            .forward_t(&xs.narrow(0, start, b), true)
+            .cross_entropy_loss::<Tensor>(
+                &ys.narrow(0, start, b),
+                None,
+                Reduction::Mean,
+                -100,
+                0.1,
+            );
+        opt.zero_grad();
+        loss.backward();
+        opt.step();
+        let _ = loss.double_value(&[]);
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
 fn main() -> anyhow::Result<()> {
     // As the aiperf binary does.
     aiperf::platform::keep_freed_memory();
@@ -108,28 +170,7 @@ fn main() -> anyhow::Result<()> {
     };
     // The bare loop's data: the same images, normalised once, in memory.
     let n = images.min(train.len());
-    let per = (h.channels * h.height * h.width) as usize;
-    let mut host = Vec::with_capacity(n * per);
-    let (mean, std) = (h.channel_mean[0] as f32, h.channel_std[0] as f32);
-    for i in 0..n {
-        host.extend(
-            train
-                .image(i)
-                .iter()
-                .map(|&p| (f32::from(p) / 255.0 - mean) / std),
-        );
-    }
-    let xs = Tensor::from_slice(&host).view([
-        n as i64,
-        i64::from(h.channels),
-        i64::from(h.height),
-        i64::from(h.width),
-    ]);
-    let ys = Tensor::from_slice(
-        &(0..n)
-            .map(|i| i64::from(train.label(i)))
-            .collect::<Vec<_>>(),
-    );
+    let (xs, ys) = in_memory(&train, n);
     let report = |what: &str, rep: usize, secs: f64| {
         println!(
             "{{\"impl\":\"{what}\",\"round\":{},\"arch\":\"{}\",\"batch\":{},\"threads\":{},\"rep\":{rep},\"images\":{images},\"seconds\":{secs:.6},\"images_per_s\":{:.1}}}",
@@ -155,37 +196,7 @@ fn main() -> anyhow::Result<()> {
         );
         Ok(secs)
     };
-    // The bare tch loop.
-    let run_bare = || -> anyhow::Result<f64> {
-        tch::manual_seed(1);
-        let vs = nn::VarStore::new(Device::Cpu);
-        let net = Net::build(&vs.root(), &graph)?;
-        let mut opt = nn::Sgd {
-            momentum: 0.9,
-            wd: 5e-4,
-            ..Default::default()
-        }
-        .build(&vs, 0.1 * f64::from(args.batch) / 256.0)?;
-        let b = i64::from(args.batch);
-        let t = Instant::now();
-        for step in 0..args.steps as i64 {
-            let start = (step * b) % (n as i64 - b + 1);
-            let loss = net
-                .forward_t(&xs.narrow(0, start, b), true)
-                .cross_entropy_loss::<Tensor>(
-                    &ys.narrow(0, start, b),
-                    None,
-                    Reduction::Mean,
-                    -100,
-                    0.1,
-                );
-            opt.zero_grad();
-            loss.backward();
-            opt.step();
-            let _ = loss.double_value(&[]);
-        }
-        Ok(t.elapsed().as_secs_f64())
-    };
+    let run_bare = || bare_loop(&graph, (&xs, &ys), &args);
     for rep in 0..args.reps {
         // Alternate which runs first (ABBA), so warm-up and drift hit both alike.
         if rep % 2 == 0 {
