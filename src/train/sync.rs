@@ -64,20 +64,15 @@ fn weighted_sum<C: RawComm>(
         return Err(TrainError::TooLarge(total));
     }
     let device = tensors.first().map_or(Device::Cpu, Tensor::device);
+    let parts = Parts {
+        tensors,
+        sizes: &sizes,
+        weight,
+        extra,
+    };
     let (times, finite, summed) = match cfg.staging.resolve(device)? {
-        Resolved::Host { pinned } => via_host(
-            comm,
-            cfg,
-            tensors,
-            &sizes,
-            weight,
-            extra,
-            buf.host(total, pinned)?,
-        )?,
-        Resolved::Device(d) => {
-            let flat = buf.device(total, d)?;
-            in_place(comm, cfg, tensors, &sizes, weight, extra, &flat)?
-        }
+        Resolved::Host { pinned } => via_host(comm, cfg, &parts, buf.host(total, pinned)?)?,
+        Resolved::Device(d) => in_place(comm, cfg, &parts, &buf.device(total, d)?)?,
     };
     // A group of one rank exchanges nothing, whatever the call costs.
     let sent = if comm.size() > 1 { total } else { 0 };
@@ -97,17 +92,30 @@ fn weighted_sum<C: RawComm>(
 /// sum of the extra value.
 type Summed = (ExchangeTimes, bool, f32);
 
+/// What one weighted sum exchanges: the tensors, the pieces' sizes (the tensors', then 1 for
+/// the extra value if any), this rank's weight, and the extra value riding unscaled.
+#[derive(Clone, Copy)]
+struct Parts<'a> {
+    tensors: &'a [Tensor],
+    sizes: &'a [usize],
+    weight: f32,
+    extra: Option<f32>,
+}
+
 /// [`weighted_sum`] through the host slice `host` (Σ `sizes` long): each bucket is filled
 /// by libtorch copies into views of it (DMA from CUDA when it is pinned), scaled, summed.
 fn via_host<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
-    tensors: &[Tensor],
-    sizes: &[usize],
-    weight: f32,
-    extra: Option<f32>,
+    parts: &Parts<'_>,
     host: &mut [f32],
 ) -> Result<Summed, TrainError> {
+    let Parts {
+        tensors,
+        sizes,
+        weight,
+        extra,
+    } = *parts;
     let mut fill = |pieces: std::ops::Range<usize>, dst: &mut [f32]| -> Result<(), TrainError> {
         let mut offset = 0;
         for i in pieces {
@@ -150,12 +158,15 @@ fn via_host<C: RawComm>(
 fn in_place<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
-    tensors: &[Tensor],
-    sizes: &[usize],
-    weight: f32,
-    extra: Option<f32>,
+    parts: &Parts<'_>,
     flat: &Tensor,
 ) -> Result<Summed, TrainError> {
+    let Parts {
+        tensors,
+        sizes,
+        weight,
+        extra,
+    } = *parts;
     let values: usize = sizes[..tensors.len()].iter().sum();
     let filled = tch::no_grad(|| -> Result<(), TrainError> {
         let mut offset = 0;
