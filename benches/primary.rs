@@ -15,6 +15,7 @@ use std::time::Instant;
 use aiperf::arch::{resnet50, Graph, Shape};
 use aiperf::cluster::primary::{Primary, PrimaryConfig};
 use aiperf::cluster::protocol::{encode, ToGroup, ToPrimary};
+use aiperf::cluster::status::process_cpu_s;
 use aiperf::search::{random_morphism, Hparams, Limits, Space};
 use aiperf_records::writer::{PrimaryWriter, RunMeta};
 use rand::{Rng, SeedableRng};
@@ -25,18 +26,6 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(default)
-}
-
-/// CPU seconds of this process (user + system), from `/proc/self/stat`.
-fn cpu_s() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit(')').next().unwrap_or("");
-    let f: Vec<f64> = after
-        .split_whitespace()
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    // Fields 14 and 15 (utime, stime) are the 12th and 13th after the command name.
-    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
 }
 
 /// Per-kind totals within one band of history sizes.
@@ -212,7 +201,8 @@ fn main() {
         )
         .expect("hello");
     }
-    let (mut done, mut band, mut band_start, mut cpu0) = (0usize, Band::default(), 0usize, cpu_s());
+    let (mut done, mut band, mut band_start, mut cpu0) =
+        (0usize, Band::default(), 0usize, process_cpu_s());
     let mut g = 0usize;
     for &edge in &bands {
         while done < edge {
@@ -223,8 +213,8 @@ fn main() {
             done += 1;
             g = (g + 1) % groups;
         }
-        report(groups, band_start, edge, &band, cpu_s() - cpu0);
-        (band, band_start, cpu0) = (Band::default(), edge, cpu_s());
+        report(groups, band_start, edge, &band, process_cpu_s() - cpu0);
+        (band, band_start, cpu0) = (Band::default(), edge, process_cpu_s());
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -74,13 +74,9 @@ pub fn data_check(a: DataCheckArgs) -> anyhow::Result<()> {
 /// The sum and the sum of squares of a float tensor's values, in one pass over its memory
 /// (the check should not be slower than the loader it checks).
 fn moments(x: &tch::Tensor) -> anyhow::Result<(f64, f64)> {
-    let x = x.f_contiguous()?.f_to_kind(tch::Kind::Float)?;
-    let n = x.numel();
-    if n == 0 {
-        return Ok((0.0, 0.0));
-    }
-    // SAFETY: a contiguous CPU float tensor of n elements, only read while `x` lives.
-    let v = unsafe { std::slice::from_raw_parts(x.data_ptr().cast::<f32>(), n) };
+    let mut x = x.f_contiguous()?.f_to_kind(tch::Kind::Float)?;
+    // SAFETY: a contiguous CPU float tensor, only read while `x` lives.
+    let v: &[f32] = unsafe { crate::data::host_slice(&mut x) };
     Ok(v.chunks(4096).fold((0.0, 0.0), |(s, q), c| {
         let (cs, cq) = c.iter().fold((0f32, 0f32), |(s, q), &x| (s + x, q + x * x));
         (s + f64::from(cs), q + f64::from(cq))

@@ -210,9 +210,8 @@ pub fn apply(
             window(src, shape, affine, (oy, ox), size, out)
         }
         Augment::RandomResizedCrop { size, scale, ratio } => {
-            let (y, x, h, w) = resized_crop_box(shape.h, shape.w, scale, ratio, rng);
-            let flip = rng.random_bool(0.5);
-            resize_bilinear(src, shape, affine, (y, x, h, w), size as usize, flip, out)
+            let (bx, flip) = draw_resized_crop(shape, scale, ratio, rng);
+            resize_bilinear(src, shape, affine, bx, size as usize, flip, out)
         }
     }
 }
@@ -235,14 +234,8 @@ pub fn taps(aug: &Augment, shape: Shape, rng: &mut ChaCha8Rng) -> Option<(Taps, 
             Some((exact(oy, size), exact(ox, size)))
         }
         Augment::RandomResizedCrop { size, scale, ratio } => {
-            let (top, left, bh, bw) = resized_crop_box(shape.h, shape.w, scale, ratio, rng);
-            let flip = rng.random_bool(0.5);
-            let size = size as usize;
-            let mut cols = bilinear_axis(left, bw, size, shape.w);
-            if flip {
-                cols.reverse();
-            }
-            Some((bilinear_axis(top, bh, size, shape.h), cols))
+            let (bx, flip) = draw_resized_crop(shape, scale, ratio, rng);
+            Some(box_taps(shape, bx, size as usize, flip))
         }
         Augment::CropFlip { .. } => None,
     }
@@ -368,6 +361,33 @@ fn bilinear_axis(
         .collect()
 }
 
+/// One random-resized-crop's draws, in their order: the box (top, left, height, width), then
+/// the flip. The CPU path ([`apply`]) and the device path ([`taps`]) both draw through this.
+fn draw_resized_crop(
+    shape: Shape,
+    scale: (f32, f32),
+    ratio: (f32, f32),
+    rng: &mut ChaCha8Rng,
+) -> ((usize, usize, usize, usize), bool) {
+    let bx = resized_crop_box(shape.h, shape.w, scale, ratio, rng);
+    (bx, rng.random_bool(0.5))
+}
+
+/// The row and column taps resizing the box (top, left, height, width) to `size`×`size`,
+/// the columns reversed for a horizontal flip.
+fn box_taps(
+    shape: Shape,
+    (top, left, bh, bw): (usize, usize, usize, usize),
+    size: usize,
+    flip: bool,
+) -> (Taps, Taps) {
+    let mut cols = bilinear_axis(left, bw, size, shape.w);
+    if flip {
+        cols.reverse();
+    }
+    (bilinear_axis(top, bh, size, shape.h), cols)
+}
+
 /// Resizes the box (top, left, height, width) of `src` to `size`×`size`, bilinear, with an
 /// optional horizontal flip, normalised. Separable: each source row an output row needs is
 /// first resampled horizontally (kept for the next output row, which mostly shares it),
@@ -375,18 +395,15 @@ fn bilinear_axis(
 /// vectorises. The arithmetic is the direct formula's, in the same order.
 fn resize_bilinear(
     src: &[u8],
-    Shape { c, h, w }: Shape,
+    shape: Shape,
     affine: &Affine,
-    (top, left, bh, bw): (usize, usize, usize, usize),
+    bx: (usize, usize, usize, usize),
     size: usize,
     flip: bool,
     out: &mut [f32],
 ) {
-    let rows = bilinear_axis(top, bh, size, h);
-    let mut cols = bilinear_axis(left, bw, size, w);
-    if flip {
-        cols.reverse();
-    }
+    let (rows, cols) = box_taps(shape, bx, size, flip);
+    let Shape { c, h, w } = shape;
     let mut cache = RowCache::new(size);
     for ch in 0..c {
         let (scale, bias) = (affine.scale[ch], affine.bias[ch]);

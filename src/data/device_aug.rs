@@ -9,7 +9,8 @@ use rand_chacha::ChaCha8Rng;
 use tch::{Device, Kind, Tensor};
 
 use super::augment::{self, Augment, Taps};
-use super::loader::{host_slice, host_tensor, Plan};
+use super::loader::Plan;
+use super::tensor::{host_slice, host_tensor};
 use super::DataError;
 
 /// Whether `aug` can run on the device (crop-flip's zero padding stays on the host).
@@ -68,8 +69,7 @@ impl RawImages {
     ) -> Result<Self, DataError> {
         let (n, s) = (mine.len(), plan.shape);
         let (oh, ow) = plan.out_hw;
-        // Page-locked when there is a CUDA device to copy to (the tests run this on CPU).
-        let pinned = tch::Cuda::is_available();
+        let pinned = plan.pinned;
         let mut pixels = host_tensor([n, s.c, s.h, s.w], Kind::Uint8, pinned)?;
         let (mut rows, mut cols) = (axis_tensors(n, oh, pinned)?, axis_tensors(n, ow, pinned)?);
         // SAFETY: fresh contiguous tensors of the sizes written, held only here.

@@ -14,6 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::seeds::mix;
 
 use super::augment::{self, Affine, Augment, Shape};
+use super::tensor::{host_slice, host_tensor};
 use super::{device_aug, DataError};
 
 /// How a rank loads one split.
@@ -52,11 +53,10 @@ pub struct LoaderConfig {
 /// Where the loader's augmentation runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Output {
-    /// Augmented and normalised by the workers into host tensors, page-locked (`pinned`)
-    /// when they feed a CUDA device.
+    /// Augmented and normalised by the workers into host tensors (for training on the CPU).
     #[default]
     Host,
-    /// As `Host`, in pinned memory.
+    /// As `Host`, in page-locked memory, copied asynchronously to a CUDA device.
     Pinned,
     /// The workers ship the stored u8 images (pinned) with each sample's bilinear tables;
     /// [`Batch::to_tensors`] resamples, flips, casts and normalises on the device. For
@@ -153,6 +153,9 @@ pub(super) struct Plan {
     pub(super) affine: Affine,
     pub(super) shape: Shape,
     pub(super) out_hw: (usize, usize),
+    /// Whether batches go to page-locked memory: the output is for CUDA and there is a
+    /// CUDA device to copy to (the tests run the other outputs on CPU).
+    pub(super) pinned: bool,
 }
 
 impl Plan {
@@ -168,11 +171,9 @@ impl Plan {
             Output::Device if device_aug::supports(&self.cfg.augment) => {
                 Images::Raw(device_aug::RawImages::gather(self, mine, rng)?)
             }
-            output => {
+            _ => {
                 let dims = [mine.len(), self.shape.c, oh, ow];
-                // Page-locked only where there is a CUDA device to copy to.
-                let pinned = output != Output::Host && tch::Cuda::is_available();
-                let mut t = host_tensor(dims, tch::Kind::Float, pinned)?;
+                let mut t = host_tensor(dims, tch::Kind::Float, self.pinned)?;
                 // SAFETY: a fresh contiguous f32 tensor that only this worker holds.
                 let out = unsafe { host_slice::<f32>(&mut t) };
                 let per = self.shape.c * oh * ow;
@@ -193,34 +194,6 @@ impl Plan {
             shape: [mine.len(), self.shape.c, oh, ow],
         })
     }
-}
-
-/// An uninitialised contiguous host tensor of `dims`, page-locked when `pinned`.
-pub(super) fn host_tensor(
-    dims: [usize; 4],
-    kind: tch::Kind,
-    pinned: bool,
-) -> Result<tch::Tensor, DataError> {
-    let dims = dims.map(|d| d as i64);
-    let t = tch::Tensor::f_empty(dims, (kind, tch::Device::Cpu))?;
-    Ok(if pinned {
-        t.f_pin_memory(tch::Device::Cuda(0))?
-    } else {
-        t
-    })
-}
-
-/// The elements of a contiguous host tensor of element type `T`, writable.
-///
-/// # Safety
-/// `t` must be a contiguous CPU tensor of `T`s that nothing else reads or writes while the
-/// slice lives.
-pub(super) unsafe fn host_slice<T>(t: &mut tch::Tensor) -> &mut [T] {
-    let n = t.numel();
-    if n == 0 {
-        return &mut [];
-    }
-    std::slice::from_raw_parts_mut(t.data_ptr().cast::<T>(), n)
 }
 
 /// Loads epochs of one packed split for one rank.
@@ -277,6 +250,7 @@ impl Loader {
             affine: Affine::from_mean_std(&mean, &std),
             shape: Shape { c, h: sh, w: sw },
             out_hw: (oh as usize, ow as usize),
+            pinned: cfg.output != Output::Host && tch::Cuda::is_available(),
             pack,
             cfg,
         };

@@ -12,6 +12,7 @@ pub use augment::Augment;
 pub use loader::{
     epoch_order, shard_range, Batch, EpochIter, Images, Loader, LoaderConfig, Output,
 };
+pub(crate) use tensor::host_slice;
 
 /// Why data could not be loaded.
 #[derive(Debug, thiserror::Error)]

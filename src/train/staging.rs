@@ -11,6 +11,7 @@ use tch::{Device, Kind, Tensor};
 
 use super::inplace::{cuda_aware, CudaAware};
 use super::TrainError;
+use crate::data::host_slice;
 
 /// Where the exchange keeps its buffer.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,12 +102,12 @@ fn reuse(
     slot: &mut Option<Tensor>,
     len: usize,
     make: impl Fn(i64) -> Result<Tensor, TrainError>,
-) -> Result<&Tensor, TrainError> {
+) -> Result<&mut Tensor, TrainError> {
     if slot.as_ref().is_none_or(|t| t.numel() < len) {
         *slot = None;
         *slot = Some(make(len.max(1) as i64)?);
     }
-    Ok(slot.as_ref().expect("just filled"))
+    Ok(slot.as_mut().expect("just filled"))
 }
 
 impl ExchangeBuffer {
@@ -120,10 +121,9 @@ impl ExchangeBuffer {
         let t = reuse(&mut self.pinned, len, |n| {
             Ok(Tensor::f_zeros([n], (Kind::Float, Device::Cpu))?.f_pin_memory(Device::Cuda(0))?)
         })?;
-        let data = t.data_ptr().cast::<f32>();
         // SAFETY: a contiguous CPU float tensor of at least `len` elements that only this
         // buffer holds; the slice borrows `self`, so the tensor outlives it unchanged.
-        let slice = unsafe { std::slice::from_raw_parts_mut(data, len) };
+        let slice = &mut unsafe { host_slice::<f32>(t) }[..len];
         slice.fill(0.0);
         Ok(slice)
     }

@@ -71,8 +71,8 @@ fn weighted_sum<C: RawComm>(
         extra,
     };
     let (times, finite, summed) = match cfg.staging.resolve(device)? {
-        Resolved::Host { pinned } => via_host(comm, cfg, &parts, buf.host(total, pinned)?)?,
-        Resolved::Device(d) => in_place(comm, cfg, &parts, &buf.device(total, d)?)?,
+        Resolved::Host { pinned } => parts.via_host(comm, cfg, buf.host(total, pinned)?)?,
+        Resolved::Device(d) => parts.in_place(comm, cfg, &buf.device(total, d)?)?,
     };
     // A group of one rank exchanges nothing, whatever the call costs.
     let sent = if comm.size() > 1 { total } else { 0 };
@@ -94,7 +94,6 @@ type Summed = (ExchangeTimes, bool, f32);
 
 /// What one weighted sum exchanges: the tensors, the pieces' sizes (the tensors', then 1 for
 /// the extra value if any), this rank's weight, and the extra value riding unscaled.
-#[derive(Clone, Copy)]
 struct Parts<'a> {
     tensors: &'a [Tensor],
     sizes: &'a [usize],
@@ -102,113 +101,106 @@ struct Parts<'a> {
     extra: Option<f32>,
 }
 
-/// [`weighted_sum`] through the host slice `host` (Σ `sizes` long): each bucket is filled
-/// by libtorch copies into views of it (DMA from CUDA when it is pinned), scaled, summed.
-fn via_host<C: RawComm>(
-    comm: &C,
-    cfg: &ExchangeConfig,
-    parts: &Parts<'_>,
-    host: &mut [f32],
-) -> Result<Summed, TrainError> {
-    let Parts {
-        tensors,
-        sizes,
-        weight,
-        extra,
-    } = *parts;
-    let mut fill = |pieces: std::ops::Range<usize>, dst: &mut [f32]| -> Result<(), TrainError> {
-        let mut offset = 0;
-        for i in pieces {
-            let n = sizes[i];
-            let part = &mut dst[offset..offset + n];
-            match tensors.get(i) {
-                Some(t) => {
-                    // SAFETY: `part` is borrowed for this statement only and not used
-                    // otherwise while the view is written.
-                    let mut view = unsafe { host_view(part.as_mut_ptr(), n)? };
-                    view.f_copy_(&t.f_reshape([-1])?)?;
-                    part.iter_mut().for_each(|x| *x *= weight);
+impl Parts<'_> {
+    /// [`weighted_sum`] through the host slice `host` (Σ `sizes` long): each bucket is filled
+    /// by libtorch copies into views of it (DMA from CUDA when it is pinned), scaled, summed.
+    fn via_host<C: RawComm>(
+        &self,
+        comm: &C,
+        cfg: &ExchangeConfig,
+        host: &mut [f32],
+    ) -> Result<Summed, TrainError> {
+        let (tensors, sizes, weight, extra) = (self.tensors, self.sizes, self.weight, self.extra);
+        let mut fill =
+            |pieces: std::ops::Range<usize>, dst: &mut [f32]| -> Result<(), TrainError> {
+                let mut offset = 0;
+                for i in pieces {
+                    let n = sizes[i];
+                    let part = &mut dst[offset..offset + n];
+                    match tensors.get(i) {
+                        Some(t) => {
+                            // SAFETY: `part` is borrowed for this statement only and not used
+                            // otherwise while the view is written.
+                            let mut view = unsafe { host_view(part.as_mut_ptr(), n)? };
+                            view.f_copy_(&t.f_reshape([-1])?)?;
+                            part.iter_mut().for_each(|x| *x *= weight);
+                        }
+                        None => part[0] = extra.unwrap_or(0.0),
+                    }
+                    offset += n;
                 }
-                None => part[0] = extra.unwrap_or(0.0),
-            }
-            offset += n;
-        }
-        Ok(())
-    };
-    let times = exchange(comm, cfg, sizes, &mut fill, host)?;
-    let values = host.len() - usize::from(extra.is_some());
-    let mut offset = 0;
-    tch::no_grad(|| -> Result<(), TrainError> {
-        for (t, &n) in tensors.iter().zip(sizes) {
-            // SAFETY: the view only reads `host`, which nothing writes meanwhile.
-            let summed = unsafe { host_view(host[offset..].as_mut_ptr(), n)? };
-            t.shallow_clone().f_copy_(&summed.f_view_as(t)?)?;
-            offset += n;
-        }
-        Ok(())
-    })?;
-    let finite = host[..values].iter().all(|x| x.is_finite());
-    let summed = extra.map_or(0.0, |_| host[values]);
-    Ok((times, finite, summed))
-}
-
-/// [`weighted_sum`] in the flat tensor `flat` on the tensors' device, handed to MPI as it
-/// is. A rank whose copies fail still takes part in every collective (with zeros) and
-/// returns the error after, so no rank is left waiting.
-fn in_place<C: RawComm>(
-    comm: &C,
-    cfg: &ExchangeConfig,
-    parts: &Parts<'_>,
-    flat: &Tensor,
-) -> Result<Summed, TrainError> {
-    let Parts {
-        tensors,
-        sizes,
-        weight,
-        extra,
-    } = *parts;
-    let values: usize = sizes[..tensors.len()].iter().sum();
-    let filled = tch::no_grad(|| -> Result<(), TrainError> {
+                Ok(())
+            };
+        let times = exchange(comm, cfg, sizes, &mut fill, host)?;
+        let values = host.len() - usize::from(extra.is_some());
         let mut offset = 0;
-        for (t, &n) in tensors.iter().zip(sizes) {
-            flat.f_narrow(0, offset as i64, n as i64)?
-                .f_copy_(&t.f_reshape([-1])?)?;
-            offset += n;
-        }
-        let _ = flat
-            .f_narrow(0, 0, values as i64)?
-            .f_mul_scalar_(f64::from(weight))?;
-        if let Some(x) = extra {
-            let _ = flat.f_narrow(0, values as i64, 1)?.f_fill_(f64::from(x))?;
-        }
-        Ok(())
-    });
-    if filled.is_err() {
-        let _ = flat.shallow_clone().f_zero_();
+        tch::no_grad(|| -> Result<(), TrainError> {
+            for (t, &n) in tensors.iter().zip(sizes) {
+                // SAFETY: the view only reads `host`, which nothing writes meanwhile.
+                let summed = unsafe { host_view(host[offset..].as_mut_ptr(), n)? };
+                t.shallow_clone().f_copy_(&summed.f_view_as(t)?)?;
+                offset += n;
+            }
+            Ok(())
+        })?;
+        let finite = host[..values].iter().all(|x| x.is_finite());
+        let summed = extra.map_or(0.0, |_| host[values]);
+        Ok((times, finite, summed))
     }
-    if let Device::Cuda(i) = flat.device() {
-        // MPI reads the memory directly: every kernel writing it must have completed.
-        tch::Cuda::synchronize(i as i64);
-    }
-    // SAFETY: `flat` is a contiguous f32 tensor of Σ `sizes` elements that only this call
-    // uses; on CUDA the MPI said it takes device memory and the device is synchronised.
-    let times = unsafe { exchange_resident(comm, cfg, sizes, flat.data_ptr().cast::<f32>()) };
-    filled?;
-    let mut offset = 0;
-    tch::no_grad(|| -> Result<(), TrainError> {
-        for (t, &n) in tensors.iter().zip(sizes) {
-            let summed = flat.f_narrow(0, offset as i64, n as i64)?;
-            t.shallow_clone().f_copy_(&summed.f_view_as(t)?)?;
-            offset += n;
+
+    /// [`weighted_sum`] in the flat tensor `flat` on the tensors' device, handed to MPI as it
+    /// is. A rank whose copies fail still takes part in every collective (with zeros) and
+    /// returns the error after, so no rank is left waiting.
+    fn in_place<C: RawComm>(
+        &self,
+        comm: &C,
+        cfg: &ExchangeConfig,
+        flat: &Tensor,
+    ) -> Result<Summed, TrainError> {
+        let (tensors, sizes, weight, extra) = (self.tensors, self.sizes, self.weight, self.extra);
+        let values: usize = sizes[..tensors.len()].iter().sum();
+        let filled = tch::no_grad(|| -> Result<(), TrainError> {
+            let mut offset = 0;
+            for (t, &n) in tensors.iter().zip(sizes) {
+                flat.f_narrow(0, offset as i64, n as i64)?
+                    .f_copy_(&t.f_reshape([-1])?)?;
+                offset += n;
+            }
+            let _ = flat
+                .f_narrow(0, 0, values as i64)?
+                .f_mul_scalar_(f64::from(weight))?;
+            if let Some(x) = extra {
+                let _ = flat.f_narrow(0, values as i64, 1)?.f_fill_(f64::from(x))?;
+            }
+            Ok(())
+        });
+        if filled.is_err() {
+            let _ = flat.shallow_clone().f_zero_();
         }
-        Ok(())
-    })?;
-    let finite = bool::try_from(flat.f_narrow(0, 0, values as i64)?.f_isfinite()?.f_all()?)?;
-    let summed = match extra {
-        Some(_) => flat.f_double_value(&[values as i64])? as f32,
-        None => 0.0,
-    };
-    Ok((times, finite, summed))
+        if let Device::Cuda(i) = flat.device() {
+            // MPI reads the memory directly: every kernel writing it must have completed.
+            tch::Cuda::synchronize(i as i64);
+        }
+        // SAFETY: `flat` is a contiguous f32 tensor of Σ `sizes` elements that only this call
+        // uses; on CUDA the MPI said it takes device memory and the device is synchronised.
+        let times = unsafe { exchange_resident(comm, cfg, sizes, flat.data_ptr().cast::<f32>()) };
+        filled?;
+        let mut offset = 0;
+        tch::no_grad(|| -> Result<(), TrainError> {
+            for (t, &n) in tensors.iter().zip(sizes) {
+                let summed = flat.f_narrow(0, offset as i64, n as i64)?;
+                t.shallow_clone().f_copy_(&summed.f_view_as(t)?)?;
+                offset += n;
+            }
+            Ok(())
+        })?;
+        let finite = bool::try_from(flat.f_narrow(0, 0, values as i64)?.f_isfinite()?.f_all()?)?;
+        let summed = match extra {
+            Some(_) => flat.f_double_value(&[values as i64])? as f32,
+            None => 0.0,
+        };
+        Ok((times, finite, summed))
+    }
 }
 
 /// Replaces each buffer (batch-norm running statistics: non-trainable float variables) by
