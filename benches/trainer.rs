@@ -3,7 +3,9 @@
 //! `aiperf run` runs on every rank: loader, shard weighting, gradient exchange (over a
 //! one-rank communicator here), learning-rate schedule, one small validation pass — beside a
 //! bare tch loop over the same model on tensors already in memory. Prints one JSON object
-//! per measurement. With `--write-arch FILE` it writes the architecture's IR JSON (for the
+//! per measurement. `--device cuda` runs both on the GPU (the bare loop's tensors already
+//! there) and `--precision fp16` under autocast (the trainer with its loss scaler, the bare
+//! loop without one: a multiply per gradient). With `--write-arch FILE` it writes the architecture's IR JSON (for the
 //! PyTorch peer, `scripts/bench_train_torch.py`) and exits.
 
 use std::path::PathBuf;
@@ -46,6 +48,12 @@ struct Args {
     /// Round number, for the output (the script pairs each round's runs).
     #[arg(long, default_value_t = 0)]
     round: usize,
+    /// Where both train.
+    #[arg(long, value_enum, default_value = "cpu")]
+    device: aiperf::platform::DeviceChoice,
+    /// Arithmetic (fp16: CUDA autocast).
+    #[arg(long, value_enum, default_value = "fp32")]
+    precision: Precision,
     /// Write the architecture's IR JSON here and exit.
     #[arg(long)]
     write_arch: Option<PathBuf>,
@@ -79,14 +87,16 @@ fn in_memory(pack: &aiperf::data::Pack, n: usize) -> (Tensor, Tensor) {
     )
 }
 
-/// The bare tch loop over in-memory tensors: `args.steps` SGD steps; returns its seconds.
+/// The bare tch loop over in-memory tensors on `device`: `args.steps` SGD steps; returns its
+/// seconds.
 fn bare_loop(
     graph: &aiperf::arch::Graph,
     (xs, ys): (&Tensor, &Tensor),
     args: &Args,
+    device: Device,
 ) -> anyhow::Result<f64> {
     tch::manual_seed(1);
-    let vs = nn::VarStore::new(Device::Cpu);
+    let vs = nn::VarStore::new(device);
     let net = Net::build(&vs.root(), graph)?;
     let mut opt = nn::Sgd {
         momentum: 0.9,
@@ -98,8 +108,9 @@ fn bare_loop(
     let t = Instant::now();
     for step in 0..args.steps as i64 {
         let start = (step * b) % (n - b + 1);
-        let loss = net
-            .forward_t(&xs.narrow(0, start, b), true)
+        let fp16 = args.precision == Precision::Fp16;
+        let loss = tch::autocast(fp16, || net.forward_t(&xs.narrow(0, start, b), true))
+            .to_kind(tch::Kind::Float)
             .cross_entropy_loss::<Tensor>(
                 &ys.narrow(0, start, b),
                 None,
@@ -130,6 +141,11 @@ fn main() -> anyhow::Result<()> {
         .data
         .clone()
         .ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?;
+    let device = args.device.resolve(0).map_err(anyhow::Error::msg)?;
+    anyhow::ensure!(
+        args.precision == Precision::Fp32 || device.is_cuda(),
+        "--precision fp16 needs --device cuda"
+    );
     tch::set_num_threads(args.threads as i32);
     let universe = mpi::initialize().ok_or_else(|| anyhow::anyhow!("MPI init"))?;
     let world = universe.world();
@@ -154,7 +170,7 @@ fn main() -> anyhow::Result<()> {
         val_batch: args.batch as usize,
         loader_workers: 2,
         prefetch: 2,
-        precision: Precision::Fp32,
+        precision: args.precision,
         exchange: aiperf::train::exchange::ExchangeConfig::default(),
         trace_steps: 0,
         augment_on: aiperf::train::AugmentOn::Auto,
@@ -171,9 +187,14 @@ fn main() -> anyhow::Result<()> {
     // The bare loop's data: the same images, normalised once, in memory.
     let n = images.min(train.len());
     let (xs, ys) = in_memory(&train, n);
+    let (xs, ys) = (xs.to(device), ys.to(device));
+    let (label, precision) = (
+        aiperf::platform::device_label(device),
+        args.precision.name(),
+    );
     let report = |what: &str, rep: usize, secs: f64| {
         println!(
-            "{{\"impl\":\"{what}\",\"round\":{},\"arch\":\"{}\",\"batch\":{},\"threads\":{},\"rep\":{rep},\"images\":{images},\"seconds\":{secs:.6},\"images_per_s\":{:.1}}}",
+            "{{\"impl\":\"{what}\",\"round\":{},\"arch\":\"{}\",\"device\":\"{label}\",\"precision\":\"{precision}\",\"batch\":{},\"threads\":{},\"rep\":{rep},\"images\":{images},\"seconds\":{secs:.6},\"images_per_s\":{:.1}}}",
             args.round,
             args.arch,
             args.batch,
@@ -183,7 +204,7 @@ fn main() -> anyhow::Result<()> {
     };
     // The trainer's epoch.
     let run_aiperf = |rep: usize| -> anyhow::Result<f64> {
-        let mut trainer = TrialTrainer::new(&world, &cfg, Device::Cpu, &train, &val, &spec)?;
+        let mut trainer = TrialTrainer::new(&world, &cfg, device, &train, &val, &spec)?;
         let t = Instant::now();
         let stats = trainer.epoch(1 + rep as u32, &|| false)?;
         let secs = t.elapsed().as_secs_f64();
@@ -196,7 +217,7 @@ fn main() -> anyhow::Result<()> {
         );
         Ok(secs)
     };
-    let run_bare = || bare_loop(&graph, (&xs, &ys), &args);
+    let run_bare = || bare_loop(&graph, (&xs, &ys), &args, device);
     for rep in 0..args.reps {
         // Alternate which runs first (ABBA), so warm-up and drift hit both alike.
         if rep % 2 == 0 {

@@ -1,7 +1,11 @@
 """PyTorch eager peer of benches/trainer.rs (run by scripts/bench-train): the same
 architecture (rebuilt from aiperf's IR JSON by scripts/flops_torch.py's IrNet), batch size,
 thread count, SGD settings and label smoothing, on random inputs of the same shape (the
-arithmetic does not depend on the values). Prints one JSON object per repetition."""
+arithmetic does not depend on the values). Prints one JSON object per repetition.
+
+Arguments: ARCH_JSON BATCH STEPS THREADS REPS [DEVICE [PRECISION]]; DEVICE cpu (default)
+or cuda, PRECISION fp32 (default) or fp16 (torch.autocast with a GradScaler, as aiperf's
+trainer scales its loss)."""
 
 import json
 import os
@@ -17,29 +21,43 @@ from flops_torch import IrNet  # noqa: E402
 
 def main():
     arch, batch, steps, threads, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    device = sys.argv[6] if len(sys.argv) > 6 else "cpu"
+    precision = sys.argv[7] if len(sys.argv) > 7 else "fp32"
+    if device not in ("cpu", "cuda") or precision not in ("fp32", "fp16"):
+        sys.exit(f"bench_train_torch.py: device must be cpu or cuda and precision fp32 or fp16, not {device} {precision}")
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit("bench_train_torch.py: device cuda, but torch sees no CUDA device")
+    if precision == "fp16" and device != "cuda":
+        sys.exit("bench_train_torch.py: fp16 needs device cuda")
     torch.set_num_threads(threads)
     with open(arch) as f:
         graph = json.load(f)
-    net = IrNet(graph)
+    net = IrNet(graph).to(device)
     c, h, w = net.shapes[0]
     classes = net.shapes[-1][0]
     opt = torch.optim.SGD(net.parameters(), lr=0.1 * batch / 256, momentum=0.9, weight_decay=5e-4)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
-    xs = torch.randn(batch * 8, c, h, w)
-    ys = torch.randint(0, classes, (batch * 8,))
+    xs = torch.randn(batch * 8, c, h, w, device=device)
+    ys = torch.randint(0, classes, (batch * 8,), device=device)
+    fp16 = precision == "fp16"
+    scaler = torch.amp.GradScaler("cuda", enabled=fp16)
     net.train()
     for rep in range(reps):
         t = time.perf_counter()
         for step in range(steps):
             k = (step % 8) * batch
-            loss = loss_fn(net(xs[k:k + batch]), ys[k:k + batch])
+            with torch.autocast(device_type=device, dtype=torch.float16, enabled=fp16):
+                out = net(xs[k:k + batch])
+            loss = loss_fn(out.float(), ys[k:k + batch])
             opt.zero_grad()
-            loss.backward()
-            opt.step()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
             loss.item()
         secs = time.perf_counter() - t
-        print(json.dumps({"impl": "pytorch-eager", "batch": batch, "threads": threads, "rep": rep,
-                          "images": batch * steps, "seconds": secs, "images_per_s": batch * steps / secs}))
+        print(json.dumps({"impl": "pytorch-eager", "device": device, "precision": precision, "batch": batch,
+                          "threads": threads, "rep": rep, "images": batch * steps, "seconds": secs,
+                          "images_per_s": batch * steps / secs}), flush=True)
 
 
 if __name__ == "__main__":

@@ -72,6 +72,10 @@ pub struct DpCheckArgs {
     /// Where the exchange's buffer is (device: one flat tensor handed to MPI in place).
     #[arg(long, value_enum, default_value = "auto")]
     pub staging: crate::train::staging::Staging,
+    /// The device each rank trains on: cuda takes CUDA device (node-local rank mod the
+    /// node's devices), so ranks may share one; auto takes CUDA when libtorch sees one.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub device: crate::platform::DeviceChoice,
 }
 
 /// `aiperf comm-bench`'s flags.
@@ -167,10 +171,14 @@ pub struct DataCheckArgs {
     /// Shuffle seed.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Where the augmentation runs: cpu (the loader threads) or device (libtorch, here on the
-    /// CPU: what a GPU would run) [auto: cpu without a GPU].
+    /// Where the augmentation runs: cpu (the loader threads) or device (libtorch on
+    /// --device; on the CPU, what a GPU would run) [auto: on a CUDA --device, else cpu].
     #[arg(long, value_enum, default_value = "auto")]
     pub augment_on: crate::train::AugmentOn,
+    /// Where the batches are delivered (as training receives them): cuda, cpu, or auto (CUDA
+    /// when libtorch sees a device).
+    #[arg(long, value_enum, default_value = "auto")]
+    pub device: crate::platform::DeviceChoice,
 }
 
 /// A flag outside its range: the flag, its value and the range allowed.

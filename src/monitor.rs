@@ -45,6 +45,8 @@ struct Nvml {
     devices: Vec<*mut std::ffi::c_void>,
     utilization: unsafe extern "C" fn(*mut std::ffi::c_void, *mut [u32; 2]) -> i32,
     memory: unsafe extern "C" fn(*mut std::ffi::c_void, *mut [u64; 3]) -> i32,
+    name: unsafe extern "C" fn(*mut std::ffi::c_void, *mut std::ffi::c_char, u32) -> i32,
+    driver: unsafe extern "C" fn(*mut std::ffi::c_char, u32) -> i32,
 }
 
 // SAFETY: NVML handles are process-wide and NVML is thread-safe; the monitor thread is the
@@ -80,6 +82,10 @@ impl Nvml {
             let memory = *lib
                 .get(b"nvmlDeviceGetMemoryInfo\0")
                 .map_err(|e| e.to_string())?;
+            let name = *lib.get(b"nvmlDeviceGetName\0").map_err(|e| e.to_string())?;
+            let driver = *lib
+                .get(b"nvmlSystemGetDriverVersion\0")
+                .map_err(|e| e.to_string())?;
             let mut count = 0u32;
             if count_fn(&mut count) != 0 || count == 0 {
                 return Err("NVML sees no device".into());
@@ -96,7 +102,42 @@ impl Nvml {
                 devices,
                 utilization,
                 memory,
+                name,
+                driver,
             })
+        }
+    }
+
+    /// A string NVML writes into a buffer of `len` bytes (nvml.h's name and version buffers
+    /// are at most 96 and 80 bytes).
+    fn string(write: impl FnOnce(*mut std::ffi::c_char, u32) -> i32) -> Option<String> {
+        let mut buf = [0 as std::ffi::c_char; 128];
+        if write(buf.as_mut_ptr(), buf.len() as u32) != 0 {
+            return None;
+        }
+        // SAFETY: on success NVML wrote a NUL-terminated string into `buf`; the last byte
+        // is forced to NUL in case it did not.
+        buf[buf.len() - 1] = 0;
+        let c = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+        Some(c.to_string_lossy().into_owned())
+    }
+
+    /// The devices' names and the driver's version.
+    fn describe(&self) -> Accelerators {
+        // SAFETY: the handles are NVML's and the buffers match the lengths passed.
+        let names = self
+            .devices
+            .iter()
+            .map(|&d| {
+                Nvml::string(|b, n| unsafe { (self.name)(d, b, n) })
+                    .unwrap_or_else(|| "unnamed".into())
+            })
+            .collect();
+        let driver = Nvml::string(|b, n| unsafe { (self.driver)(b, n) });
+        Accelerators {
+            names,
+            driver,
+            nvml: "loaded".into(),
         }
     }
 
@@ -118,6 +159,29 @@ impl Nvml {
         } else {
             (util / n as f64, mem)
         }
+    }
+}
+
+/// The node's accelerators as NVML names them, for `aiperf doctor`.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Accelerators {
+    /// Each device's name (e.g. `NVIDIA H200`), in NVML's order.
+    pub names: Vec<String>,
+    /// The driver's version.
+    pub driver: Option<String>,
+    /// `loaded`, or why NVML could not be used (then the monitor records no accelerator
+    /// figures).
+    pub nvml: String,
+}
+
+/// Asks NVML for the node's accelerators; without NVML, no names and the reason.
+pub fn accelerators() -> Accelerators {
+    match Nvml::load() {
+        Ok(n) => n.describe(),
+        Err(why) => Accelerators {
+            nvml: why,
+            ..Accelerators::default()
+        },
     }
 }
 

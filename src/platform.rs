@@ -32,6 +32,35 @@ pub fn keep_freed_memory() -> bool {
     false
 }
 
+/// The device a tool trains on (`--device` of `dp-check` and the trainer benchmark).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DeviceChoice {
+    /// CUDA when libtorch sees a device, else the CPU.
+    Auto,
+    /// The CPU.
+    Cpu,
+    /// CUDA; an error when libtorch sees no device.
+    Cuda,
+}
+
+impl DeviceChoice {
+    /// The device of the process with node-local index `local`: CUDA device `local` modulo
+    /// the node's count (so ranks beyond it share devices, as `aiperf run` places them), or
+    /// the CPU.
+    pub fn resolve(self, local: usize) -> Result<tch::Device, String> {
+        let count = tch::Cuda::device_count().max(0) as usize;
+        let cuda = tch::Cuda::is_available() && count > 0;
+        match self {
+            DeviceChoice::Cpu => Ok(tch::Device::Cpu),
+            DeviceChoice::Auto if !cuda => Ok(tch::Device::Cpu),
+            DeviceChoice::Cuda if !cuda => Err(format!(
+                "--device cuda: libtorch sees no CUDA device (this build links {LIBTORCH_LIB}; a CPU-only libtorch, no driver or CUDA_VISIBLE_DEVICES empty?); use --device cpu or auto"
+            )),
+            DeviceChoice::Auto | DeviceChoice::Cuda => Ok(tch::Device::Cuda(local % count)),
+        }
+    }
+}
+
 /// The directory of the libtorch this binary was linked against (its rpath).
 pub const LIBTORCH_LIB: &str = env!("AIPERF_LIBTORCH_LIB");
 
@@ -40,12 +69,20 @@ pub const LIBTORCH_LIB: &str = env!("AIPERF_LIBTORCH_LIB");
 pub struct Platform {
     /// aiperf's version.
     pub aiperf_version: String,
-    /// The libtorch library directory linked in.
+    /// The directory of the libtorch loaded now (from /proc/self/maps; a relocated build, such
+    /// as scripts/gpu-bundle's, loads the machine's own).
     pub libtorch_lib: String,
+    /// The libtorch directory the build linked against.
+    pub libtorch_built: String,
     /// Whether libtorch sees a CUDA device.
     pub cuda_available: bool,
     /// Number of CUDA devices visible to this process.
     pub cuda_devices: i64,
+    /// Whether libtorch finds cuDNN.
+    pub cudnn_available: bool,
+    /// The node's accelerators as NVML sees them (names, driver), which is also what the
+    /// monitor records utilisation and memory from.
+    pub accelerators: crate::monitor::Accelerators,
     /// libtorch's intra-op thread count.
     pub torch_threads: i32,
     /// The MPI library's own version string.
@@ -67,6 +104,30 @@ pub struct Platform {
     pub cpus: usize,
 }
 
+/// The folder of the `libtorch_cpu.so` mapped into this process, resolved through links.
+pub fn loaded_libtorch() -> Option<String> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let path = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.ends_with("/libtorch_cpu.so"))?;
+    let dir = std::path::Path::new(path).parent()?;
+    Some(
+        std::fs::canonicalize(dir)
+            .unwrap_or_else(|_| dir.to_path_buf())
+            .display()
+            .to_string(),
+    )
+}
+
+/// A device as the reports write it: `cpu` or `cuda:N`.
+pub fn device_label(d: tch::Device) -> String {
+    match d {
+        tch::Device::Cuda(i) => format!("cuda:{i}"),
+        _ => "cpu".into(),
+    }
+}
+
 impl Platform {
     /// Probes libtorch, HDF5 and the host; MPI facts come from the caller's world (call
     /// after `MPI_Init`).
@@ -74,9 +135,12 @@ impl Platform {
         let (a, b, c) = hdf5::library_version();
         Platform {
             aiperf_version: env!("CARGO_PKG_VERSION").into(),
-            libtorch_lib: LIBTORCH_LIB.into(),
+            libtorch_lib: loaded_libtorch().unwrap_or_else(|| LIBTORCH_LIB.into()),
+            libtorch_built: LIBTORCH_LIB.into(),
             cuda_available: tch::Cuda::is_available(),
             cuda_devices: tch::Cuda::device_count(),
+            cudnn_available: tch::Cuda::cudnn_is_available(),
+            accelerators: crate::monitor::accelerators(),
             torch_threads: tch::get_num_threads(),
             mpi_library,
             mpi_world_size,
@@ -89,5 +153,31 @@ impl Platform {
                 .unwrap_or_else(|_| "unknown".into()),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loaded_libtorch_is_the_one_linked_here() {
+        let loaded = loaded_libtorch().expect("libtorch_cpu.so is mapped");
+        let linked = std::fs::canonicalize(LIBTORCH_LIB).unwrap();
+        assert_eq!(loaded, linked.display().to_string());
+    }
+
+    #[test]
+    fn device_choices_resolve_or_say_why_not() {
+        // The tests' build links the CPU libtorch.
+        assert_eq!(DeviceChoice::Cpu.resolve(3), Ok(tch::Device::Cpu));
+        assert_eq!(DeviceChoice::Auto.resolve(0), Ok(tch::Device::Cpu));
+        let err = DeviceChoice::Cuda.resolve(0).unwrap_err();
+        assert!(
+            err.contains("no CUDA device") && err.contains(LIBTORCH_LIB),
+            "{err}"
+        );
+        assert_eq!(device_label(tch::Device::Cuda(2)), "cuda:2");
+        assert_eq!(device_label(tch::Device::Cpu), "cpu");
     }
 }

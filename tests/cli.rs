@@ -63,6 +63,36 @@ fn data_check_runs_every_sample_through_the_loader() {
 }
 
 #[test]
+fn data_check_delivers_to_the_device_asked_for_or_says_why_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_split(tmp.path(), "train", 40);
+    let run = |device: &str| {
+        aiperf()
+            .args(["data-check", "--batch", "8", "--augment-on", "device"])
+            .args(["--device", device, "--data"])
+            .arg(tmp.path())
+            .output()
+            .unwrap()
+    };
+    let out = run("cpu");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("delivering to cpu (Device output)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("epoch 0: 40 images"), "{stdout}");
+    // The tests' build links the CPU libtorch: CUDA is refused by name, not ignored.
+    let out = run("cuda");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--device cuda: libtorch sees no CUDA device") && err.contains("--device cpu"),
+        "{err}"
+    );
+}
+
+#[test]
 fn data_check_reports_bad_input_and_exits_nonzero() {
     let tmp = tempfile::tempdir().unwrap();
     let out = aiperf()
@@ -124,6 +154,11 @@ fn doctor_under_mpirun_reports_every_rank() {
             assert!(Path::new(v["libtorch_lib"].as_str().unwrap())
                 .join("libtorch_cpu.so")
                 .exists());
+            // NVML's devices, or why there are none (this machine has no GPU driver).
+            let acc = &v["accelerators"];
+            let names = acc["names"].as_array().unwrap();
+            assert_eq!(acc["nvml"] == "loaded", !names.is_empty(), "{acc}");
+            assert!(!acc["nvml"].as_str().unwrap().is_empty(), "{acc}");
             v["mpi_rank"].as_i64().unwrap()
         })
         .collect();

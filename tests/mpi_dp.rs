@@ -121,3 +121,31 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
         }
     }
 }
+
+#[test]
+fn cuda_without_a_device_fails_on_every_rank_with_the_reason() {
+    // The tests' build links the CPU libtorch: `--device cuda` must end the job with the
+    // reason and a non-zero exit, not fall back to the CPU or leave a rank waiting.
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let out = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .args(["2", "dp-check", "--device", "cuda"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("rank 0: --device cuda: libtorch sees no CUDA device")
+            && err.contains("rank 1: --device cuda"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_report_names_the_device() {
+    assert_eq!(run(2, &["--device", "cpu"])["device"], "cpu");
+    assert_eq!(
+        run(1, &["--device", "auto", "--steps", "1"])["device"],
+        "cpu"
+    );
+}

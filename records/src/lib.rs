@@ -14,6 +14,7 @@ pub mod plots;
 pub mod reader;
 pub mod recount;
 pub mod report;
+pub mod resources;
 pub mod rules;
 pub mod schema;
 pub mod score;

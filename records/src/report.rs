@@ -100,6 +100,7 @@ pub fn text(s: &Score) -> String {
         si(s.val_ops as f64)
     );
     write_split(&mut t, s);
+    write_resources(&mut t, s);
     write_verdict(&mut t, s);
     write_timeline(&mut t, s);
     t
@@ -179,6 +180,41 @@ fn write_split(t: &mut String, s: &Score) {
             si(hi)
         );
     }
+}
+
+/// The monitor's lines of [`text`]: accelerator utilisation and memory (NVML), host CPU and
+/// memory.
+fn write_resources(t: &mut String, s: &Score) {
+    let r = &s.resources;
+    if r.samples == 0 {
+        let _ = writeln!(t, "  monitor                  no samples within the run");
+        return;
+    }
+    let pct = |v: Option<f64>| v.map_or("-".into(), |v| format!("{:.1}%", 100.0 * v));
+    let bytes = |v: Option<f64>| v.map_or("-".into(), |v| format!("{}B", si(v)));
+    if r.accel_samples == 0 {
+        let _ = writeln!(
+            t,
+            "  accelerator use          not monitored (no NVML sample among {})",
+            r.samples
+        );
+    } else {
+        let _ = writeln!(
+            t,
+            "  accelerator use          {} utilised (NVML, mean of {} samples; max {}), memory peak {}",
+            pct(r.accel_util_mean),
+            r.accel_samples,
+            pct(r.accel_util_max),
+            bytes(r.accel_mem_peak_bytes)
+        );
+    }
+    let _ = writeln!(
+        t,
+        "  host                     CPU {} (mean of {} samples), memory peak {}",
+        pct(r.cpu_util_mean),
+        r.samples,
+        bytes(r.host_mem_peak_bytes)
+    );
 }
 
 /// The records' integrity line, e.g. `intact (run digest 3fa2…)`.

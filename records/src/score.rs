@@ -124,6 +124,9 @@ pub struct Score {
     /// Accelerator-busy fraction: seconds inside train/eval steps and exchanges (compute +
     /// all-reduce) of counted epochs, over groups × the run's duration.
     pub busy_fraction: f64,
+    /// What the monitor sampled within the run: accelerator utilisation and memory, host
+    /// CPU and memory.
+    pub resources: crate::resources::Resources,
     /// The validity verdict.
     pub verdict: Verdict,
     /// Qualifications of the result.
@@ -453,6 +456,7 @@ fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> S
         allreduce_bytes_per_s,
         allreduce_epoch_bytes_per_s,
         busy_fraction: (compute_s + allreduce_s) / (run.groups.len().max(1) as f64 * duration_s),
+        resources: crate::resources::summarise(run, t_end),
         verdict: m.verdict,
         warnings: m.warnings,
     }

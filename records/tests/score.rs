@@ -5,7 +5,7 @@ mod common;
 
 use std::process::Command;
 
-use aiperf_records::schema::{EpochRow, TpeRow};
+use aiperf_records::schema::{EpochRow, MonitorRow, TpeRow};
 use aiperf_records::score::Status;
 use aiperf_records::writer::{GroupWriter, PrimaryWriter};
 use aiperf_records::{read_run, score, RecordError};
@@ -407,6 +407,47 @@ fn text_report_snapshot() {
     assert_eq!(text, SNAPSHOT);
 }
 
+#[test]
+fn the_monitor_samples_are_summarised_over_the_run_alone() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    write_run(tmp.path(), Some(1000.0));
+    // Group 0 has one sample without NVML (30 s, CPU 0.9, 1 GB); group 1 gets NVML ones,
+    // two of them outside the run.
+    let g1 = GroupWriter::open_or_create(tmp.path(), 1, 2).unwrap();
+    for (t, util, mem) in [
+        (-5.0, 0.0, 1e9),
+        (50.0, 0.5, 2e9),
+        (60.0, 0.9, 3e9),
+        (1001.0, 1.0, 9e9),
+    ] {
+        g1.append_monitor(&MonitorRow {
+            time_s: T0 + t,
+            accel_util: util,
+            accel_mem_bytes: mem,
+            cpu_util: 0.3,
+            host_mem_bytes: 2e9,
+        })
+        .unwrap();
+    }
+    drop(g1);
+    let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
+    let r = &s.resources;
+    assert_eq!((r.samples, r.accel_samples), (3, 2), "{r:?}");
+    assert!(close(r.accel_util_mean.unwrap(), 0.7), "{r:?}");
+    assert_eq!(r.accel_util_max, Some(0.9));
+    assert_eq!(r.accel_mem_peak_bytes, Some(3e9));
+    assert!(close(r.cpu_util_mean.unwrap(), 0.5), "{r:?}");
+    assert_eq!(r.host_mem_peak_bytes, Some(2e9));
+    let text = aiperf_records::report::text(&s);
+    assert!(
+        text.contains("accelerator use          70.0% utilised (NVML, mean of 2 samples; max 90.0%), memory peak 3.000 GB"),
+        "{text}"
+    );
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["resources"]["accel_samples"], 2);
+}
+
 /// Values checked by hand in `golden_timeline_computed_by_hand` (e.g. 11.55 × −ln 0.2 = 18.589).
 const SNAPSHOT: &str = "aiperf score: RUN
   score (sustained)        11.550 OPS
@@ -423,6 +464,8 @@ const SNAPSHOT: &str = "aiperf score: RUN
   accelerators busy        2.2% of the run (train/eval steps and exchanges, per group)
   all-reduce               5.000 kB in 5.0 s (1.000 kB/s per rank)
   exchange per epoch       1.000 kB/s median (min 1.000 kB/s, max 1.000 kB/s) per rank
+  accelerator use          not monitored (no NVML sample among 1)
+  host                     CPU 90.0% (mean of 1 samples), memory peak 1.000 GB
   records                  intact (run digest DIGEST)
   verdict (aiperf-rules-3)   INVALID
     - run length in seconds, at least 1 h (--duration): 1000.0, at least 3600 [/measured/duration_s]

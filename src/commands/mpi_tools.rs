@@ -2,6 +2,7 @@
 //! training) and `comm-bench` (the interconnect profile).
 
 use anyhow::{bail, Context};
+use mpi::collective::CommunicatorCollectives;
 use mpi::traits::Communicator;
 
 use super::init_mpi;
@@ -24,8 +25,18 @@ pub fn doctor(json: bool) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string(&p)?);
     } else {
+        let a = &p.accelerators;
+        let gpus = if a.names.is_empty() {
+            format!("none named ({})", a.nvml)
+        } else {
+            format!(
+                "{} (driver {})",
+                a.names.join(", "),
+                a.driver.as_deref().unwrap_or("unknown")
+            )
+        };
         println!(
-            "rank {}/{} on {} ({} cpus): aiperf {}, libtorch {} (cuda: {}, {} device(s), {} threads), MPI {} (CUDA-aware: {}), HDF5 {}",
+            "rank {}/{} on {} ({} cpus): aiperf {}, libtorch {} (cuda: {}, {} device(s), cudnn: {}, {} threads), accelerators: {gpus}, MPI {} (CUDA-aware: {}), HDF5 {}",
             p.mpi_rank,
             p.mpi_world_size,
             p.host,
@@ -34,6 +45,7 @@ pub fn doctor(json: bool) -> anyhow::Result<()> {
             p.libtorch_lib,
             p.cuda_available,
             p.cuda_devices,
+            p.cudnn_available,
             p.torch_threads,
             p.mpi_library,
             p.mpi_cuda_aware,
@@ -94,7 +106,6 @@ fn node_scopes(
     a: &CommBenchArgs,
 ) -> anyhow::Result<Vec<(String, Vec<crate::cluster::commbench::CommRow>)>> {
     use crate::cluster::commbench;
-    use mpi::collective::CommunicatorCollectives;
     use mpi::topology::Color;
     let node = world.split_shared(world.rank());
     let mut nodes = 0i32;
@@ -134,7 +145,24 @@ pub fn dp_check(a: &crate::cli::DpCheckArgs) -> anyhow::Result<()> {
             .min(crate::train::exchange::DEFAULT_FIRST_BUCKET_BYTES),
         staging: a.staging,
     };
-    let report = crate::train::dp_check(&world, a.steps, a.frozen_bn, &cfg)?;
+    // The node-local index, as `aiperf run` places ranks on devices.
+    let local = world.split_shared(0).rank() as usize;
+    let device = a.device.resolve(local);
+    // Every rank learns whether all found their device, so none is left in a collective.
+    let mut all_ok = 0i32;
+    world.all_reduce_into(
+        &i32::from(device.is_ok()),
+        &mut all_ok,
+        mpi::collective::SystemOperation::min(),
+    );
+    let device = match device {
+        Err(e) => bail!("rank {}: {e}", world.rank()),
+        Ok(_) if all_ok == 0 => {
+            return Err(super::Silent.into());
+        }
+        Ok(d) => d,
+    };
+    let report = crate::train::dp_check(&world, a.steps, a.frozen_bn, &cfg, device)?;
     if world.rank() == 0 {
         println!("{}", serde_json::to_string(&report)?);
     }

@@ -28,14 +28,20 @@ pub fn data_check(a: DataCheckArgs) -> anyhow::Result<()> {
         h.num_classes,
         t.elapsed().as_secs_f64()
     );
+    let device = a.device.resolve(0).map_err(anyhow::Error::msg)?;
     let cfg = LoaderConfig {
         global_batch: a.batch,
         seed: a.seed,
         augment: a.augment,
         workers: a.workers,
-        output: a.augment_on.output(tch::Device::Cpu),
+        output: a.augment_on.output(device),
         ..LoaderConfig::default()
     };
+    println!(
+        "delivering to {} ({:?} output)",
+        crate::platform::device_label(device),
+        cfg.output
+    );
     let loader = Loader::new(pack, cfg)?;
     for epoch in 0..a.epochs {
         let t = Instant::now();
@@ -43,7 +49,7 @@ pub fn data_check(a: DataCheckArgs) -> anyhow::Result<()> {
         let mut seen = vec![false; h.num_samples as usize];
         for batch in loader.epoch(epoch) {
             let batch = batch?;
-            let (x, _y) = batch.to_tensors(tch::Device::Cpu)?;
+            let (x, _y) = batch.to_tensors(device)?;
             let (s, q) = moments(&x)?;
             (sum, sq) = (sum + s, sq + q);
             images += batch.len();
@@ -74,6 +80,16 @@ pub fn data_check(a: DataCheckArgs) -> anyhow::Result<()> {
 /// The sum and the sum of squares of a float tensor's values, in one pass over its memory
 /// (the check should not be slower than the loader it checks).
 fn moments(x: &tch::Tensor) -> anyhow::Result<(f64, f64)> {
+    if x.device().is_cuda() {
+        // On the GPU: two reductions there, two numbers back.
+        let x = x.f_to_kind(tch::Kind::Double)?;
+        let s = x.f_sum(tch::Kind::Double)?.f_double_value(&[])?;
+        let q = x
+            .f_square()?
+            .f_sum(tch::Kind::Double)?
+            .f_double_value(&[])?;
+        return Ok((s, q));
+    }
     let mut x = x.f_contiguous()?.f_to_kind(tch::Kind::Float)?;
     // SAFETY: a contiguous CPU float tensor, only read while `x` lives.
     let v: &[f32] = unsafe { crate::data::host_slice(&mut x) };

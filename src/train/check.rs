@@ -23,6 +23,8 @@ use crate::model::Net;
 pub struct DpReport {
     /// Ranks in the group.
     pub ranks: usize,
+    /// The device this rank (rank 0 where printed) trained on: `cpu` or `cuda:N`.
+    pub device: String,
     /// Whether all ranks held bit-identical parameters and buffers after every step.
     pub identical: bool,
     /// Sum of all parameters at the end (compare across group sizes).
@@ -39,7 +41,7 @@ pub(super) fn params_hash(vs: &nn::VarStore) -> u64 {
     for (name, t) in all_variables(vs) {
         let n = t.numel();
         let mut buf = vec![0f32; n];
-        t.contiguous().copy_data(&mut buf, n);
+        t.to_device(Device::Cpu).contiguous().copy_data(&mut buf, n);
         name.hash(&mut h);
         buf.iter().for_each(|v| v.to_bits().hash(&mut h));
     }
@@ -49,12 +51,14 @@ pub(super) fn params_hash(vs: &nn::VarStore) -> u64 {
 /// Runs `steps` data-parallel SGD steps over `comm` (collective: every rank must call it).
 /// With `frozen_bn`, batch norm uses its running statistics instead of each shard's batch
 /// statistics, so the group's update equals the single-process one on the global batch (up
-/// to summation order) — the check that the gradient weighting is right.
+/// to summation order) — the check that the gradient weighting is right. Each rank trains
+/// on `device`; the batches are drawn on the CPU (the same on every device) and moved there.
 pub fn dp_check<C: super::inplace::RawComm>(
     comm: &C,
     steps: u32,
     frozen_bn: bool,
     cfg: &super::exchange::ExchangeConfig,
+    device: Device,
 ) -> Result<DpReport, TrainError> {
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
     tch::manual_seed(0);
@@ -66,8 +70,10 @@ pub fn dp_check<C: super::inplace::RawComm>(
         Shape::new(3, 8, 8),
         3,
     );
-    let vs = nn::VarStore::new(Device::Cpu);
+    let mut vs = nn::VarStore::new(Device::Cpu);
     let net = Net::build(&vs.root(), &g).expect("the built-in model is valid");
+    // Built on the CPU from the seed, then moved: the same initial values on every device.
+    vs.set_device(device);
     let mut opt = nn::Sgd {
         momentum: 0.9,
         wd: 5e-4,
@@ -81,8 +87,8 @@ pub fn dp_check<C: super::inplace::RawComm>(
     let (mut losses, mut identical, mut bytes) = (Vec::new(), true, 0);
     for step in 0..i64::from(steps) {
         tch::manual_seed(1000 + step);
-        let x = Tensor::randn([global as i64, 3, 8, 8], (Kind::Float, Device::Cpu));
-        let y = Tensor::randint(3, [global as i64], (Kind::Int64, Device::Cpu));
+        let x = Tensor::randn([global as i64, 3, 8, 8], (Kind::Float, Device::Cpu)).to(device);
+        let y = Tensor::randint(3, [global as i64], (Kind::Int64, Device::Cpu)).to(device);
         let mine = shard_range(global, size, rank);
         let (start, len) = (mine.start as i64, mine.len() as i64);
         opt.zero_grad();
@@ -109,6 +115,7 @@ pub fn dp_check<C: super::inplace::RawComm>(
         .sum();
     Ok(DpReport {
         ranks: size,
+        device: crate::platform::device_label(device),
         identical,
         param_sum,
         losses,
