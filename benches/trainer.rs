@@ -4,8 +4,8 @@
 //! one-rank communicator here), learning-rate schedule, one small validation pass — beside a
 //! bare tch loop over the same model on tensors already in memory. Prints one JSON object
 //! per measurement. `--device cuda` runs both on the GPU (the bare loop's tensors already
-//! there) and `--precision fp16` under autocast (the trainer with its loss scaler, the bare
-//! loop without one: a multiply per gradient). With `--write-arch FILE` it writes the architecture's IR JSON (for the
+//! there) and `--precision fp16|bf16` under autocast (fp16: the trainer with its loss
+//! scaler, the bare loop without one, a multiply per gradient). With `--write-arch FILE` it writes the architecture's IR JSON (for the
 //! PyTorch peer, `scripts/bench_train_torch.py`) and exits.
 
 use std::path::PathBuf;
@@ -108,8 +108,9 @@ fn bare_loop(
     let t = Instant::now();
     for step in 0..args.steps as i64 {
         let start = (step * b) % (n - b + 1);
-        let fp16 = args.precision == Precision::Fp16;
-        let loss = tch::autocast(fp16, || net.forward_t(&xs.narrow(0, start, b), true))
+        let loss = args
+            .precision
+            .autocast(|| net.forward_t(&xs.narrow(0, start, b), true))
             .to_kind(tch::Kind::Float)
             .cross_entropy_loss::<Tensor>(
                 &ys.narrow(0, start, b),
@@ -144,7 +145,8 @@ fn main() -> anyhow::Result<()> {
     let device = args.device.resolve(0).map_err(anyhow::Error::msg)?;
     anyhow::ensure!(
         args.precision == Precision::Fp32 || device.is_cuda(),
-        "--precision fp16 needs --device cuda"
+        "--precision {} needs --device cuda",
+        args.precision.name()
     );
     tch::set_num_threads(args.threads as i32);
     let universe = mpi::initialize().ok_or_else(|| anyhow::anyhow!("MPI init"))?;

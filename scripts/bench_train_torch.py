@@ -4,8 +4,8 @@ thread count, SGD settings and label smoothing, on random inputs of the same sha
 arithmetic does not depend on the values). Prints one JSON object per repetition.
 
 Arguments: ARCH_JSON BATCH STEPS THREADS REPS [DEVICE [PRECISION]]; DEVICE cpu (default)
-or cuda, PRECISION fp32 (default) or fp16 (torch.autocast with a GradScaler, as aiperf's
-trainer scales its loss)."""
+or cuda, PRECISION fp32 (default), fp16 (torch.autocast with a GradScaler, as aiperf's
+trainer scales its loss) or bf16 (torch.autocast in bfloat16, no scaler)."""
 
 import json
 import os
@@ -23,12 +23,12 @@ def main():
     arch, batch, steps, threads, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     device = sys.argv[6] if len(sys.argv) > 6 else "cpu"
     precision = sys.argv[7] if len(sys.argv) > 7 else "fp32"
-    if device not in ("cpu", "cuda") or precision not in ("fp32", "fp16"):
-        sys.exit(f"bench_train_torch.py: device must be cpu or cuda and precision fp32 or fp16, not {device} {precision}")
+    if device not in ("cpu", "cuda") or precision not in ("fp32", "fp16", "bf16"):
+        sys.exit(f"bench_train_torch.py: device must be cpu or cuda and precision fp32, fp16 or bf16, not {device} {precision}")
     if device == "cuda" and not torch.cuda.is_available():
         sys.exit("bench_train_torch.py: device cuda, but torch sees no CUDA device")
-    if precision == "fp16" and device != "cuda":
-        sys.exit("bench_train_torch.py: fp16 needs device cuda")
+    if precision != "fp32" and device != "cuda":
+        sys.exit(f"bench_train_torch.py: {precision} needs device cuda")
     torch.set_num_threads(threads)
     with open(arch) as f:
         graph = json.load(f)
@@ -39,14 +39,15 @@ def main():
     loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
     xs = torch.randn(batch * 8, c, h, w, device=device)
     ys = torch.randint(0, classes, (batch * 8,), device=device)
-    fp16 = precision == "fp16"
-    scaler = torch.amp.GradScaler("cuda", enabled=fp16)
+    amp = precision != "fp32"
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
     net.train()
     for rep in range(reps):
         t = time.perf_counter()
         for step in range(steps):
             k = (step % 8) * batch
-            with torch.autocast(device_type=device, dtype=torch.float16, enabled=fp16):
+            with torch.autocast(device_type=device, dtype=dtype, enabled=amp):
                 out = net(xs[k:k + batch])
             loss = loss_fn(out.float(), ys[k:k + batch])
             opt.zero_grad()

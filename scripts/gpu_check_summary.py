@@ -88,8 +88,10 @@ def dp_checks(work, checks, steps):
 
 def runs(work, checks, steps, gpu):
     out = {}
-    for prec in ("fp32", "fp16"):
-        if steps.get(f"run-{prec}", "").startswith("not run"):
+    for prec in ("fp32", "fp16", "bf16"):
+        if f"run-{prec}" not in steps:
+            continue
+        if steps[f"run-{prec}"].startswith("not run"):
             out[prec] = None
             continue
         s = score_json(read(work, f"score-{prec}"))
@@ -119,7 +121,7 @@ def bench(outdir, checks, gpu):
     except (OSError, ValueError):
         pass
     out = {}
-    for prec in ("fp32", "fp16") if gpu else ("fp32",):
+    for prec in ("fp32", "fp16", "bf16") if gpu else ("fp32",):
         med = {}
         for impl in ("aiperf", "bare-tch", "pytorch-eager"):
             v = [r["images_per_s"] for r in rows if r["impl"] == impl and r.get("precision", "fp32") == prec]
@@ -173,8 +175,9 @@ def markdown(fig, checks):
         lines.append(f"| {prec} | {fmt(r['ops_per_s'], 'OPS', 2)} | {fmt(r['regulated'], 'OPS', 2)} | "
                      f"{fmt(r['steady_ops_per_s'], 'OPS', 2)} | {r['best_accuracy']:.4f} | {r['epochs']} | {util} | {mem} | "
                      f"{100 * r['busy_fraction']:.0f}% |")
-    if fig.get("fp16_over_fp32"):
-        lines += ["", f"fp16 / fp32 sustained OPS: {fig['fp16_over_fp32']:.2f}x"]
+    for prec in ("fp16", "bf16"):
+        if fig.get(f"{prec}_over_fp32"):
+            lines += ["", f"{prec} / fp32 sustained OPS: {fig[f'{prec}_over_fp32']:.2f}x"]
     lines += ["", f"## Training overhead: resnet8, batch {fig['bench_batch']}, {fig['bench_steps']} steps per measurement (median images/s)", "",
               "| precision | aiperf trainer | bare tch loop | PyTorch eager | aiperf / PyTorch | aiperf / bare tch |",
               "| --- | --- | --- | --- | --- | --- |"]
@@ -212,8 +215,10 @@ def main():
     fig["doctor"] = doctor(work, checks)
     fig["dp_check"] = dp_checks(work, checks, status)
     fig["runs"] = runs(work, checks, status, gpu)
-    r32, r16 = fig["runs"].get("fp32"), fig["runs"].get("fp16")
-    fig["fp16_over_fp32"] = r16["ops_per_s"] / r32["ops_per_s"] if r32 and r16 and r32["ops_per_s"] else None
+    r32 = fig["runs"].get("fp32")
+    for prec in ("fp16", "bf16"):
+        r = fig["runs"].get(prec)
+        fig[f"{prec}_over_fp32"] = r["ops_per_s"] / r32["ops_per_s"] if r32 and r and r32["ops_per_s"] else None
     fig["bench"] = bench(outdir, checks, gpu)
     fig["augment"] = augment(work, checks)
     fig["steps"] = {k: list(v) for k, v in steps.items()}

@@ -39,6 +39,34 @@ fn host_mem_used() -> Option<f64> {
     Some(field("MemTotal:")? - field("MemAvailable:")?)
 }
 
+/// NVML's library, as the driver installs it.
+const NVML: &str = "libnvidia-ml.so.1";
+
+/// Where to look for NVML: the loader's search path first, then beside the CUDA driver this
+/// process mapped (containers often put the driver's libraries in a folder of their own),
+/// then the folders drivers are usually installed in.
+fn nvml_candidates() -> Vec<std::path::PathBuf> {
+    let mut c = vec![std::path::PathBuf::from(NVML)];
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    if let Some(cuda) = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libcuda.so"))
+    {
+        if let Some(dir) = std::path::Path::new(cuda).parent() {
+            c.push(dir.join(NVML));
+        }
+    }
+    for dir in [
+        "/usr/local/nvidia/lib64",
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+    ] {
+        c.push(std::path::Path::new(dir).join(NVML));
+    }
+    c
+}
+
 /// NVML, loaded at run time.
 struct Nvml {
     _lib: libloading::Library,
@@ -61,8 +89,15 @@ impl Nvml {
         // handles as pointers, nvmlUtilization_t = {gpu, memory} u32, nvmlMemory_t =
         // {total, free, used} u64).
         unsafe {
-            let lib = libloading::Library::new("libnvidia-ml.so.1")
-                .map_err(|e| format!("NVML not loaded ({e})"))?;
+            let lib = nvml_candidates()
+                .iter()
+                .find_map(|c| libloading::Library::new(c).ok())
+                .ok_or_else(|| {
+                    let why = libloading::Library::new(NVML)
+                        .err()
+                        .map_or_else(String::new, |e| e.to_string());
+                    format!("NVML not loaded ({why})")
+                })?;
             let init: libloading::Symbol<unsafe extern "C" fn() -> i32> =
                 lib.get(b"nvmlInit_v2\0").map_err(|e| e.to_string())?;
             if init() != 0 {
@@ -262,6 +297,23 @@ impl Drop for Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nvml_is_looked_for_on_the_search_path_then_where_drivers_live() {
+        let c = nvml_candidates();
+        assert_eq!(c[0], std::path::PathBuf::from(NVML));
+        assert!(c.contains(&std::path::PathBuf::from(
+            "/usr/local/nvidia/lib64/libnvidia-ml.so.1"
+        )));
+        // No driver on the test machine: no names, and the reason instead.
+        let a = accelerators();
+        if a.nvml != "loaded" {
+            assert!(
+                a.names.is_empty() && a.nvml.starts_with("NVML not loaded ("),
+                "{a:?}"
+            );
+        }
+    }
 
     #[test]
     fn samples_cpu_and_memory_from_proc() {

@@ -327,6 +327,24 @@ fn regression_batch_size_range_too_large_for_train_images_is_refused_before_the_
 }
 
 #[test]
+fn autocast_precisions_are_refused_on_a_cpu_rank_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = quadrants(tmp.path(), 200);
+    for precision in ["fp16", "bf16"] {
+        let err = run_failing(
+            &data,
+            &tmp.path().join(precision),
+            &["--precision", precision],
+        );
+        assert!(
+            err.contains(&format!("--precision {precision} needs a CUDA device"))
+                && err.contains("use fp32 on CPU"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn regression_a_corrupted_pack_is_refused_at_open() {
     let tmp = tempfile::tempdir().unwrap();
     let data = quadrants(tmp.path(), 200);

@@ -390,12 +390,10 @@ fn real_trainer(
         );
     }
     check_batch_fits(config, place, h.num_samples)?;
-    if p.train.precision == crate::train::Precision::Fp16
-        && place.device == tch::Device::Cpu
-        && place.local.is_some()
-    {
+    if p.train.precision.autocasts() && place.device == tch::Device::Cpu && place.local.is_some() {
         bail!(
-            "--precision fp16 needs a CUDA device (autocast); this rank has none: use fp32 on CPU"
+            "--precision {} needs a CUDA device (autocast); this rank has none: use fp32 on CPU",
+            p.train.precision.name()
         );
     }
     let v = val.header();

@@ -50,7 +50,8 @@ pub struct RunFlags {
     /// CPU threads per training rank (default: the node's cores shared by its training ranks).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Arithmetic: fp32, or fp16 (CUDA autocast with dynamic loss scaling; an error on CPU).
+    /// Arithmetic: fp32, fp16 (CUDA autocast with dynamic loss scaling) or bf16 (CUDA
+    /// autocast in bfloat16); the autocast ones are an error on CPU.
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
     /// The gradient exchange: allreduce (bucketed, pipelined MPI_Iallreduce) or

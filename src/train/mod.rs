@@ -6,6 +6,7 @@
 //! budgets, patience, early stopping, predicted accuracy) as pure functions; and the
 //! simulated trainer's model of a trial.
 
+pub mod amp;
 mod check;
 pub mod emulated;
 pub mod exchange;

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
+pub use super::amp::Precision;
 use super::exchange::{unix_s, ExchangeConfig};
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
@@ -29,26 +30,6 @@ use crate::arch::Graph;
 use crate::data::{Augment, Loader, LoaderConfig, Output, Pack};
 use crate::model::Net;
 use crate::search::Hparams;
-
-/// Arithmetic of the training step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum Precision {
-    /// float32 everywhere (the only choice on CPU).
-    Fp32,
-    /// CUDA automatic mixed precision: float16 matrix products, float32 parameters.
-    Fp16,
-}
-
-impl Precision {
-    /// The name recorded in the run's attributes.
-    pub fn name(self) -> &'static str {
-        match self {
-            Precision::Fp32 => "fp32",
-            Precision::Fp16 => "fp16",
-        }
-    }
-}
 
 /// How every trial of a run trains (from the preset and the command line).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -307,10 +288,11 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         val_pack: &Arc<Pack>,
         spec: &TrialSpec,
     ) -> Result<Self, TrainError> {
-        if cfg.precision == Precision::Fp16 && !device.is_cuda() {
-            return Err(TrainError::Config(
-                "fp16 autocast needs a CUDA device; use --precision fp32 on CPU".into(),
-            ));
+        if cfg.precision.autocasts() && !device.is_cuda() {
+            return Err(TrainError::Config(format!(
+                "{} autocast needs a CUDA device; use --precision fp32 on CPU",
+                cfg.precision.name()
+            )));
         }
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
         tch::manual_seed(spec.seed as i64);
@@ -438,10 +420,9 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let traced = step < self.cfg.trace_steps;
         let computing = Instant::now();
         let computing_unix = traced.then(unix_s);
-        let fp16 = self.cfg.precision == Precision::Fp16;
         let smoothing = self.cfg.label_smoothing;
         self.opt.zero_grad();
-        let loss = tch::autocast(fp16, || {
+        let loss = self.cfg.precision.autocast(|| {
             self.net.forward_t(x, true).f_cross_entropy_loss::<Tensor>(
                 y,
                 None,
@@ -502,7 +483,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
 
     /// Validation on this rank's shard: (summed loss, correct, images).
     fn validate(&mut self, stats: &mut EpochStats) -> Result<(f64, f64, f64), TrainError> {
-        let fp16 = self.cfg.precision == Precision::Fp16;
+        let precision = self.cfg.precision;
         let (mut val_loss, mut correct, mut seen) = (0f64, 0f64, 0f64);
         let mut batches = self.val.epoch(0);
         loop {
@@ -516,8 +497,9 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             let (x, y) = batch.to_tensors(self.device)?;
             let computing = Instant::now();
             let (l, c) = tch::no_grad(|| -> Result<(f64, f64), TrainError> {
-                let logits =
-                    tch::autocast(fp16, || self.net.forward_t(&x, false)).f_to_kind(Kind::Float)?;
+                let logits = precision
+                    .autocast(|| self.net.forward_t(&x, false))
+                    .f_to_kind(Kind::Float)?;
                 let l = logits
                     .f_cross_entropy_loss::<Tensor>(&y, None, Reduction::Sum, -100, 0.0)?
                     .f_double_value(&[])?;
