@@ -107,9 +107,12 @@ def runs(work, checks, steps, gpu):
         out[prec].update({"verdict": s["verdict"]["status"], "records": s["integrity"]["records"],
                           "steady_ops_per_s": s["stability"].get("steady_ops_per_s"), "resources": r})
         checks.add(f"run {prec}: records intact", s["integrity"]["records"] == "intact", s["integrity"]["records"])
+        mem = (r["accel_mem_peak_bytes"] or 0) > 0
+        detail = f"{r['accel_samples']} of {r['samples']} samples with utilisation"
+        if mem and not r["accel_samples"]:
+            detail += "; memory only (a MIG-partitioned GPU reports no utilisation)"
         checks.add(f"run {prec}: NVML monitor rows (utilisation, memory)",
-                   r["accel_samples"] > 0 and r["accel_util_mean"] is not None and (r["accel_mem_peak_bytes"] or 0) > 0,
-                   f"{r['accel_samples']} of {r['samples']} samples", True)
+                   r["accel_samples"] > 0 and r["accel_util_mean"] is not None and mem, detail, True)
     return out
 
 

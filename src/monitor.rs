@@ -176,24 +176,28 @@ impl Nvml {
         }
     }
 
-    /// Mean utilisation in [0, 1] and summed memory in use over the node's devices.
+    /// Mean utilisation in [0, 1] over the node's devices that report it, and the memory in
+    /// use summed over those that report it; each NaN when none does (a MIG-partitioned GPU
+    /// reports memory but no utilisation, so the two are asked for separately).
     fn sample(&self) -> (f64, f64) {
-        let (mut util, mut mem, mut n) = (0.0, 0.0, 0usize);
+        let (mut util, mut nu, mut mem, mut nm) = (0.0, 0usize, 0.0, 0usize);
         for &d in &self.devices {
             let (mut u, mut m) = ([0u32; 2], [0u64; 3]);
             // SAFETY: `d` is a handle NVML returned; the out-parameters match nvml.h.
-            let ok = unsafe { (self.utilization)(d, &mut u) == 0 && (self.memory)(d, &mut m) == 0 };
-            if ok {
+            if unsafe { (self.utilization)(d, &mut u) } == 0 {
                 util += f64::from(u[0]) / 100.0;
+                nu += 1;
+            }
+            // SAFETY: as above.
+            if unsafe { (self.memory)(d, &mut m) } == 0 {
                 mem += m[2] as f64;
-                n += 1;
+                nm += 1;
             }
         }
-        if n == 0 {
-            (f64::NAN, f64::NAN)
-        } else {
-            (util / n as f64, mem)
-        }
+        (
+            if nu == 0 { f64::NAN } else { util / nu as f64 },
+            if nm == 0 { f64::NAN } else { mem },
+        )
     }
 }
 

@@ -9,8 +9,10 @@ use super::{Batch, DataError, Images};
 /// An uninitialised contiguous host tensor of `dims`, page-locked when `pinned`.
 pub(crate) fn host_tensor(dims: [usize; 4], kind: Kind, pinned: bool) -> Result<Tensor, DataError> {
     let t = Tensor::f_empty(dims.map(|d| d as i64), (kind, Device::Cpu))?;
+    // `_pin_memory`: `pin_memory(device)` would warn (twice) on every call that its device
+    // argument is deprecated, and tch has no form without it.
     Ok(if pinned {
-        t.f_pin_memory(Device::Cuda(0))?
+        t.f_internal_pin_memory(Device::Cuda(0))?
     } else {
         t
     })
@@ -33,17 +35,20 @@ impl Batch {
     /// The batch as (images N×C×H×W float32, labels N int64) on `device`.
     pub fn to_tensors(&self, device: Device) -> Result<(Tensor, Tensor), DataError> {
         let labels = Tensor::f_from_slice(&self.labels)?;
+        // The labels first: their copy from pageable memory waits for the stream, which then
+        // holds only earlier work, not this batch's image copy and augmentation (whose time
+        // would otherwise be charged to whoever waits for the labels).
+        let labels = if device.is_cuda() {
+            labels.f_to_device(device)?
+        } else {
+            labels
+        };
         let images = match &self.images {
             Images::Ready(t) if device.is_cuda() => {
                 t.f_to_device_(device, Kind::Float, true, false)?
             }
             Images::Ready(t) => t.shallow_clone(),
             Images::Raw(raw) => raw.augment(device)?,
-        };
-        let labels = if device.is_cuda() {
-            labels.f_to_device(device)?
-        } else {
-            labels
         };
         Ok((images, labels))
     }

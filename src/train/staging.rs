@@ -119,7 +119,9 @@ impl ExchangeBuffer {
             return Ok(&mut self.host);
         }
         let t = reuse(&mut self.pinned, len, |n| {
-            Ok(Tensor::f_zeros([n], (Kind::Float, Device::Cpu))?.f_pin_memory(Device::Cuda(0))?)
+            // `_pin_memory`: `pin_memory(device)` warns on every call (deprecated argument).
+            Ok(Tensor::f_zeros([n], (Kind::Float, Device::Cpu))?
+                .f_internal_pin_memory(Device::Cuda(0))?)
         })?;
         // SAFETY: a contiguous CPU float tensor of at least `len` elements that only this
         // buffer holds; the slice borrows `self`, so the tensor outlives it unchanged.

@@ -490,11 +490,13 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             let waited = Instant::now();
             let Some(batch) = batches.next() else { break };
             let batch = batch?;
-            stats.data_wait_s += waited.elapsed().as_secs_f64();
             if batch.is_empty() {
+                stats.data_wait_s += waited.elapsed().as_secs_f64();
                 continue;
             }
+            // Delivery to the device counts as data, as in training.
             let (x, y) = batch.to_tensors(self.device)?;
+            stats.data_wait_s += waited.elapsed().as_secs_f64();
             let computing = Instant::now();
             let (l, c) = tch::no_grad(|| -> Result<(f64, f64), TrainError> {
                 let logits = precision
