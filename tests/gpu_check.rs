@@ -169,3 +169,36 @@ fn a_bundle_for_another_torch_is_refused_by_name() {
     );
     assert!(!b.join("torch-lib").exists());
 }
+
+#[test]
+fn a_step_that_outlasts_the_budget_is_cut_and_the_summary_still_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out_dir = tmp.path().join("out");
+    let started = std::time::Instant::now();
+    let out = Command::new(script())
+        .arg(&out_dir)
+        .env("BUNDLE", bundle(tmp.path()))
+        .env("TORCH_PYTHON", required("AIPERF_TORCH_PYTHON"))
+        .env("FMNIST_SRC", "/usr/share/datasets/fashion-mnist")
+        .env("TMPDIR", tmp.path())
+        .env("CPU_OK", "1")
+        .env("RUN_S", "120")
+        .env("BUDGET_S", "40")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(started.elapsed().as_secs() < 90, "{:?}", started.elapsed());
+    let fig: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("figures.json")).unwrap())
+            .unwrap();
+    assert_eq!(fig["passed"], false);
+    let run = fig["steps"]["run-fp32"][0].as_str().unwrap();
+    assert!(run.starts_with("timed out after"), "{run}");
+    let bench = fig["steps"]["bench-arch"][0].as_str().unwrap();
+    assert!(bench.contains("BUDGET_S"), "{bench}");
+    let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
+    assert!(
+        summary.contains("| every step ran to completion | FAIL |") && summary.contains("run-fp32"),
+        "{summary}"
+    );
+}
