@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary weak-scaling clean
+.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse clean
 
 all: build
 
@@ -50,3 +50,9 @@ bench-primary: build
 
 weak-scaling: build
 	scripts/weak-scaling
+
+gpu-bundle: setup
+	scripts/gpu-bundle
+
+gpu-rehearse: gpu-bundle
+	scripts/gpu-rehearse
