@@ -39,6 +39,18 @@ fn bundle(dir: &Path) -> PathBuf {
     b
 }
 
+/// gpu-check rehearsing on the CPU with this build, writing to `out_dir`.
+fn rehearsal(tmp: &Path, out_dir: &Path) -> Command {
+    let mut c = Command::new(script());
+    c.arg(out_dir)
+        .env("BUNDLE", bundle(tmp))
+        .env("TORCH_PYTHON", required("AIPERF_TORCH_PYTHON"))
+        .env("FMNIST_SRC", "/usr/share/datasets/fashion-mnist")
+        .env("TMPDIR", tmp)
+        .env("CPU_OK", "1");
+    c
+}
+
 fn text(out: &Output) -> String {
     format!(
         "{}{}",
@@ -51,13 +63,7 @@ fn text(out: &Output) -> String {
 fn rehearsed_on_the_cpu_every_step_runs_and_the_gpu_checks_say_not_run() {
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("out");
-    let out = Command::new(script())
-        .arg(&out_dir)
-        .env("BUNDLE", bundle(tmp.path()))
-        .env("TORCH_PYTHON", required("AIPERF_TORCH_PYTHON"))
-        .env("FMNIST_SRC", "/usr/share/datasets/fashion-mnist")
-        .env("TMPDIR", tmp.path())
-        .env("CPU_OK", "1")
+    let out = rehearsal(tmp.path(), &out_dir)
         .env("RUN_S", "15")
         .env("RUN_ARGS", "--train-images 512 --val-images 256")
         .env("BENCH_BATCH", "32")
@@ -175,13 +181,7 @@ fn a_step_that_outlasts_the_budget_is_cut_and_the_summary_still_written() {
     let tmp = tempfile::tempdir().unwrap();
     let out_dir = tmp.path().join("out");
     let started = std::time::Instant::now();
-    let out = Command::new(script())
-        .arg(&out_dir)
-        .env("BUNDLE", bundle(tmp.path()))
-        .env("TORCH_PYTHON", required("AIPERF_TORCH_PYTHON"))
-        .env("FMNIST_SRC", "/usr/share/datasets/fashion-mnist")
-        .env("TMPDIR", tmp.path())
-        .env("CPU_OK", "1")
+    let out = rehearsal(tmp.path(), &out_dir)
         .env("RUN_S", "120")
         .env("BUDGET_S", "40")
         .output()
