@@ -5,8 +5,9 @@
 //! bare tch loop over the same model on tensors already in memory. Prints one JSON object
 //! per measurement. `--device cuda` runs both on the GPU (the bare loop's tensors already
 //! there) and `--precision fp16|bf16` under autocast (fp16: the trainer with its loss
-//! scaler, the bare loop without one, a multiply per gradient). With `--write-arch FILE` it writes the architecture's IR JSON (for the
-//! PyTorch peer, `scripts/bench_train_torch.py`) and exits.
+//! scaler, the bare loop without one, a multiply per gradient). With `--write-arch FILE` it
+//! writes the architecture's IR JSON (for the PyTorch peer, `scripts/bench_train_torch.py`)
+//! and exits.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -144,7 +145,7 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?;
     let device = args.device.resolve(0).map_err(anyhow::Error::msg)?;
     anyhow::ensure!(
-        args.precision == Precision::Fp32 || device.is_cuda(),
+        !args.precision.autocasts() || device.is_cuda(),
         "--precision {} needs --device cuda",
         args.precision.name()
     );

@@ -39,6 +39,15 @@ mpi_local_env() {
     export OMPI_MCA_mpi_yield_when_idle=1
 }
 
+# The executable of the bench target named $1, from cargo's --message-format=json on stdin.
+bench_executable() {
+    python3 -c 'import json, sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == sys.argv[1] and m.get("executable"):
+        print(m["executable"])' "$1"
+}
+
 AIPERF_BIN="$AIPERF_ROOT/target/release/aiperf"
 AIPERF_DATA_PREP_BIN="$AIPERF_ROOT/target/release/aiperf-data-prep"
 export AIPERF_BIN AIPERF_DATA_PREP_BIN

@@ -47,15 +47,9 @@ const NVML: &str = "libnvidia-ml.so.1";
 /// then the folders drivers are usually installed in.
 fn nvml_candidates() -> Vec<std::path::PathBuf> {
     let mut c = vec![std::path::PathBuf::from(NVML)];
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    if let Some(cuda) = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.contains("/libcuda.so"))
-    {
-        if let Some(dir) = std::path::Path::new(cuda).parent() {
-            c.push(dir.join(NVML));
-        }
+    let cuda = crate::platform::mapped_file(|p| p.contains("/libcuda.so"));
+    if let Some(dir) = cuda.as_deref().and_then(std::path::Path::parent) {
+        c.push(dir.join(NVML));
     }
     for dir in [
         "/usr/local/nvidia/lib64",
@@ -89,15 +83,21 @@ impl Nvml {
         // handles as pointers, nvmlUtilization_t = {gpu, memory} u32, nvmlMemory_t =
         // {total, free, used} u64).
         unsafe {
-            let lib = nvml_candidates()
-                .iter()
-                .find_map(|c| libloading::Library::new(c).ok())
-                .ok_or_else(|| {
-                    let why = libloading::Library::new(NVML)
-                        .err()
-                        .map_or_else(String::new, |e| e.to_string());
-                    format!("NVML not loaded ({why})")
-                })?;
+            // The first candidate's error is the one to report (the loader's own search).
+            let (mut lib, mut first_error) = (None, None);
+            for c in nvml_candidates() {
+                match libloading::Library::new(&c) {
+                    Ok(l) => {
+                        lib = Some(l);
+                        break;
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert_with(|| e.to_string());
+                    }
+                }
+            }
+            let lib = lib
+                .ok_or_else(|| format!("NVML not loaded ({})", first_error.unwrap_or_default()))?;
             let init: libloading::Symbol<unsafe extern "C" fn() -> i32> =
                 lib.get(b"nvmlInit_v2\0").map_err(|e| e.to_string())?;
             if init() != 0 {

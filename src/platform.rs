@@ -104,14 +104,20 @@ pub struct Platform {
     pub cpus: usize,
 }
 
+/// The path of the first file mapped into this process (/proc/self/maps) whose path
+/// `matches`: how a library loaded from wherever the dynamic loader found it is located.
+pub fn mapped_file(matches: impl Fn(&str) -> bool) -> Option<std::path::PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| matches(p))
+        .map(std::path::PathBuf::from)
+}
+
 /// The folder of the `libtorch_cpu.so` mapped into this process, resolved through links.
 pub fn loaded_libtorch() -> Option<String> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let path = maps
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.ends_with("/libtorch_cpu.so"))?;
-    let dir = std::path::Path::new(path).parent()?;
+    let path = mapped_file(|p| p.ends_with("/libtorch_cpu.so"))?;
+    let dir = path.parent()?;
     Some(
         std::fs::canonicalize(dir)
             .unwrap_or_else(|_| dir.to_path_buf())

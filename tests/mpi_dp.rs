@@ -134,9 +134,11 @@ fn cuda_without_a_device_fails_on_every_rank_with_the_reason() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
+    let host = aiperf::cluster::bootstrap::host_name();
     assert!(
-        err.contains("rank 0: --device cuda: libtorch sees no CUDA device")
-            && err.contains("rank 1: --device cuda"),
+        err.contains(&format!(
+            "rank 0 on {host}: --device cuda: libtorch sees no CUDA device"
+        )) && err.contains(&format!("rank 1 on {host}: --device cuda")),
         "{err}"
     );
 }

@@ -20,6 +20,29 @@ pub use run::run;
 #[error("failed (another rank reported why)")]
 pub struct Silent;
 
+/// Collective: each rank's outcome of a set-up step; if any failed, each failing rank
+/// names itself (and its host) in its error and the others fail silently (no rank waits for
+/// a collective).
+pub(crate) fn agree<T>(
+    world: &mpi::topology::SimpleCommunicator,
+    mine: anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    use mpi::collective::{CommunicatorCollectives, SystemOperation};
+    use mpi::traits::Communicator;
+    let ok = i32::from(mine.is_ok());
+    let mut all = 0i32;
+    world.all_reduce_into(&ok, &mut all, SystemOperation::min());
+    match mine {
+        Err(e) => Err(e.context(format!(
+            "rank {} on {}",
+            world.rank(),
+            crate::cluster::bootstrap::host_name()
+        ))),
+        Ok(_) if all == 0 => Err(Silent.into()),
+        Ok(v) => Ok(v),
+    }
+}
+
 /// The records folder of the run in progress, for the panic hook's message.
 static RESULTS: OnceLock<String> = OnceLock::new();
 

@@ -147,21 +147,7 @@ pub fn dp_check(a: &crate::cli::DpCheckArgs) -> anyhow::Result<()> {
     };
     // The node-local index, as `aiperf run` places ranks on devices.
     let local = world.split_shared(0).rank() as usize;
-    let device = a.device.resolve(local);
-    // Every rank learns whether all found their device, so none is left in a collective.
-    let mut all_ok = 0i32;
-    world.all_reduce_into(
-        &i32::from(device.is_ok()),
-        &mut all_ok,
-        mpi::collective::SystemOperation::min(),
-    );
-    let device = match device {
-        Err(e) => bail!("rank {}: {e}", world.rank()),
-        Ok(_) if all_ok == 0 => {
-            return Err(super::Silent.into());
-        }
-        Ok(d) => d,
-    };
+    let device = super::agree(&world, a.device.resolve(local).map_err(anyhow::Error::msg))?;
     let report = crate::train::dp_check(&world, a.steps, a.frozen_bn, &cfg, device)?;
     if world.rank() == 0 {
         println!("{}", serde_json::to_string(&report)?);

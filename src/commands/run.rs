@@ -10,11 +10,10 @@ use std::sync::Arc;
 use aiperf_records::rules::DatasetIdentity;
 use anyhow::{bail, Context};
 use mpi::collective::CommunicatorCollectives;
-use mpi::collective::SystemOperation;
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::Communicator;
 
-use super::{init_mpi, set_results_hint, Silent};
+use super::{agree, init_mpi, set_results_hint, Silent};
 use crate::arch::{self, Graph};
 use crate::cluster::bootstrap::{self, Placement};
 use crate::cluster::run::{run_role, RunContext, StartRecord};
@@ -208,23 +207,6 @@ fn once<T>(world: &SimpleCommunicator, r: anyhow::Result<T>) -> anyhow::Result<T
         Ok(v) => Ok(v),
         Err(e) if world.rank() == 0 => Err(e),
         Err(_) => Err(Silent.into()),
-    }
-}
-
-/// Collective: each rank's outcome of a set-up step; if any failed, each failing rank
-/// names itself in its error and the others fail silently (no rank waits for a collective).
-fn agree<T>(world: &SimpleCommunicator, mine: anyhow::Result<T>) -> anyhow::Result<T> {
-    let ok = i32::from(mine.is_ok());
-    let mut all = 0i32;
-    world.all_reduce_into(&ok, &mut all, SystemOperation::min());
-    match mine {
-        Err(e) => Err(e.context(format!(
-            "rank {} on {}",
-            world.rank(),
-            bootstrap::host_name()
-        ))),
-        Ok(_) if all == 0 => Err(Silent.into()),
-        Ok(v) => Ok(v),
     }
 }
 

@@ -21,9 +21,10 @@ mod trainer;
 
 use mpi::topology::SimpleCommunicator;
 
+pub use amp::Precision;
 pub use check::{dp_check, DpReport};
 pub use sync::{average_buffers, sync_gradients, sync_gradients_with_flag, SyncStats};
-pub use trainer::{AugmentOn, Precision, RealTrainer, TrainConfig, TrialSpec, TrialTrainer};
+pub use trainer::{AugmentOn, RealTrainer, TrainConfig, TrialSpec, TrialTrainer};
 
 /// What a traced span of a step was (`aiperf run --trace-steps`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
-pub use super::amp::Precision;
+use super::amp::Precision;
 use super::exchange::{unix_s, ExchangeConfig};
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
