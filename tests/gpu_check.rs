@@ -149,7 +149,7 @@ fn without_a_gpu_it_stops_unless_asked_to_rehearse() {
 }
 
 #[test]
-fn a_bundle_for_another_torch_is_refused_by_name() {
+fn a_bundle_for_another_torch_or_an_unknown_precision_is_refused_by_name() {
     let tmp = tempfile::tempdir().unwrap();
     let b = tmp.path().join("b");
     std::fs::create_dir(&b).unwrap();
@@ -174,6 +174,20 @@ fn a_bundle_for_another_torch_is_refused_by_name() {
         "{err}"
     );
     assert!(!b.join("torch-lib").exists());
+    // A precision it cannot run is refused before any step.
+    let out = Command::new(script())
+        .arg(tmp.path().join("out2"))
+        .env("BUNDLE", &b)
+        .env("RUN_PRECISIONS", "fp32 fp8")
+        .env("TMPDIR", tmp.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("RUN_PRECISIONS: fp8 is not fp32, fp16 or bf16"),
+        "{err}"
+    );
 }
 
 #[test]
