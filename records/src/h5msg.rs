@@ -311,12 +311,13 @@ pub(crate) struct AttributeParts {
 }
 
 /// An attribute message (versions 1 to 3): name, datatype, dataspace and data in bounds;
-/// `None` for one with a shared datatype or dataspace (encoded elsewhere, not checked).
+/// its name (lossy UTF-8, without the terminating NUL) and its parts, `None` for one with a
+/// shared datatype or dataspace (encoded elsewhere, not checked).
 pub(crate) fn attribute(
     b: &Bytes,
     at: usize,
     end: usize,
-) -> Result<Option<AttributeParts>, String> {
+) -> Result<(String, Option<AttributeParts>), String> {
     let version = b.u8(at)?;
     let (names, types, spaces) = (
         usize::from(b.u16(at + 2)?),
@@ -335,11 +336,16 @@ pub(crate) fn attribute(
             "the attribute name at byte {name} does not match its length"
         ));
     }
+    let text = b
+        .0
+        .get(name..name + names.saturating_sub(1))
+        .map(|t| String::from_utf8_lossy(t).into_owned())
+        .unwrap_or_default();
     let ty = advance(name, pad(names), end, "attribute")?;
     let space = advance(ty, pad(types), end, "attribute")?;
     let data = advance(space, pad(spaces), end, "attribute")?;
     if version > 1 && b.u8(at + 1)? & 3 != 0 {
-        return Ok(None);
+        return Ok((text, None));
     }
     let (_, size) = datatype(b, ty, ty + types, 0)?;
     let (_, elements) = dataspace(b, space, space + spaces)?;
@@ -348,5 +354,5 @@ pub(crate) fn attribute(
         .and_then(|n| usize::try_from(n).ok())
         .unwrap_or(usize::MAX);
     advance(data, bytes, end, "attribute data")?;
-    Ok(Some(AttributeParts { ty, elements, data }))
+    Ok((text, Some(AttributeParts { ty, elements, data })))
 }

@@ -1,17 +1,20 @@
-//! Whether a run's records are the ones it wrote (DESIGN.md §6): every group's digest
-//! chain, the chains against what `primary.h5` recorded at the clean stop, the run digest
-//! against the attributes it covers, and a digest copied from a job log.
+//! Whether a run's records are the ones it wrote (DESIGN.md §6, schema 3): every dataset's
+//! digest chain in every file, each chain's end against what `primary.h5` recorded at the
+//! clean stop, every group file's attributes against the same record, no attribute outside
+//! the schema (nothing would seal it), the run digest against every sealed attribute, and a
+//! digest copied from a job log.
 
 use serde::Serialize;
 
-use crate::digest::{self, Digest, GroupChain};
-use crate::reader::Run;
+use crate::digest::{self, ChainEnd, Digest};
+use crate::reader::{GroupRecords, Run};
+use crate::schema::{group_file, PRIMARY_FILE};
 
 /// What the digests say.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Integrity {
-    /// `intact`, `altered`, `unverifiable` (schema 1) or `incomplete` (intact chains, but no
-    /// run digest: the run did not stop cleanly).
+    /// `intact`, `altered`, `unverifiable` (schemas 1 and 2) or `incomplete` (intact
+    /// chains, but no run digest: the run did not stop cleanly).
     pub records: &'static str,
     /// The run digest recomputed from the records (hex), when they hold one.
     pub run_digest: Option<String>,
@@ -32,10 +35,10 @@ pub fn check(run: &Run, expected: Option<&Digest>) -> Integrity {
         problems: Vec::new(),
         notes: Vec::new(),
     };
-    if run.info.schema_version < 2 {
+    if run.info.schema_version < 3 {
         out.records = "unverifiable";
         out.problems.push(format!(
-            "schema {} records carry no digests and no optimizer steps: they cannot be verified (re-run with this aiperf)",
+            "schema {} records are not sealed as schema 3 requires (every attribute and dataset under the run digest): they cannot be verified (re-run with this aiperf)",
             run.info.schema_version
         ));
         if expected.is_some() {
@@ -43,7 +46,11 @@ pub fn check(run: &Run, expected: Option<&Digest>) -> Integrity {
         }
         return out;
     }
-    check_chains(run, &mut out);
+    check_unsealed(run, &mut out);
+    check_primary_chains(run, &mut out);
+    for g in &run.groups {
+        check_group(run, g, &mut out);
+    }
     check_run_digest(run, expected, &mut out);
     if !out.problems.is_empty() {
         out.records = "altered";
@@ -51,42 +58,138 @@ pub fn check(run: &Run, expected: Option<&Digest>) -> Integrity {
     out
 }
 
-/// Each group's chain, and its end against the one `primary.h5` recorded.
-fn check_chains(run: &Run, out: &mut Integrity) {
-    for g in &run.groups {
-        let file = crate::schema::group_file(g.group);
-        if let Some(row) = digest::first_broken(g.group, &g.epochs) {
+/// Attributes outside the schema: nothing seals them, so they cannot be trusted.
+fn check_unsealed(run: &Run, out: &mut Integrity) {
+    let files = std::iter::once((PRIMARY_FILE.to_string(), &run.info.unsealed)).chain(
+        run.groups
+            .iter()
+            .map(|g| (group_file(g.group), &g.unsealed)),
+    );
+    for (file, names) in files {
+        for name in names {
             out.problems.push(format!(
-                "{file} epochs row {row}: its digest does not follow from its fields and the rows before it: the row was altered, inserted or removed"
+                "{file}: attribute {name:?} is not part of schema 3, so no digest covers it: it was added after the run"
             ));
-            continue;
-        }
-        let Some(chains) = &run.info.group_chains else {
-            continue;
-        };
-        let last = digest::hex(&digest::last(g.group, &g.epochs));
-        let rows = g.epochs.len() as u64;
-        match chains.iter().find(|c| c.group == g.group) {
-            Some(c) if c.epochs == rows && c.digest == last => {}
-            Some(c) => out.problems.push(format!(
-                "{file}: {rows} epoch rows ending in digest {}…, but primary.h5 recorded {} ending in {}… at the run's end: rows were removed, added or replaced",
-                &last[..12],
-                c.epochs,
-                c.digest.get(..12).unwrap_or(&c.digest)
-            )),
-            None => out.notes.push(format!(
-                "primary.h5 recorded no final digest for group {} (it did not stop cleanly): its chain is intact up to its last row",
-                g.group
-            )),
         }
     }
 }
 
-/// The run digest over the recorded attributes and chains, against the stored one and
-/// the one given.
+/// Compares a recomputed chain end with the recorded one (if any), naming the dataset.
+fn compare_end(
+    file: &str,
+    recomputed: &ChainEnd,
+    recorded: Option<&ChainEnd>,
+    sealed: bool,
+    out: &mut Integrity,
+) {
+    match recorded {
+        Some(c) if c == recomputed => {}
+        Some(c) => out.problems.push(format!(
+            "{file} {}: {} rows ending in digest {}…, but primary.h5 recorded {} ending in {}… at the run's end: rows were removed, added or replaced",
+            recomputed.dataset,
+            recomputed.rows,
+            &recomputed.digest[..12],
+            c.rows,
+            c.digest.get(..12).unwrap_or(&c.digest)
+        )),
+        None if sealed => out.problems.push(format!(
+            "{file} {}: primary.h5 recorded no end for this chain at the run's end: the seal was altered",
+            recomputed.dataset
+        )),
+        None => {}
+    }
+}
+
+/// The primary's trials, architectures and TPE chains.
+fn check_primary_chains(run: &Run, out: &mut Integrity) {
+    let seed = |d| digest::chain_seed(PRIMARY_FILE, d);
+    for (name, row) in [
+        ("trials", digest::first_broken(seed("trials"), &run.trials)),
+        ("tpe", digest::first_broken(seed("tpe"), &run.tpe)),
+    ] {
+        if let Some(row) = row {
+            out.problems.push(format!(
+                "primary.h5 {name} row {row}: its digest does not follow from its fields and the rows before it: the row was altered, inserted or removed"
+            ));
+        }
+    }
+    let ends = [
+        ChainEnd::new(
+            "trials",
+            run.trials.len() as u64,
+            &digest::chain(seed("trials"), &run.trials),
+        ),
+        ChainEnd::new(
+            "architectures",
+            run.architecture_rows.len() as u64,
+            &digest::architecture_chain(seed("architectures"), &run.architecture_rows),
+        ),
+        ChainEnd::new(
+            "tpe",
+            run.tpe.len() as u64,
+            &digest::chain(seed("tpe"), &run.tpe),
+        ),
+    ];
+    let recorded = run.info.primary_chains.as_deref();
+    for end in &ends {
+        let r = recorded.and_then(|r| r.iter().find(|c| c.dataset == end.dataset));
+        compare_end(PRIMARY_FILE, end, r, recorded.is_some(), out);
+    }
+}
+
+/// One group file: its epoch chain row by row, every chain's end and its ranks against
+/// what `primary.h5` recorded.
+fn check_group(run: &Run, g: &GroupRecords, out: &mut Integrity) {
+    let file = group_file(g.group);
+    let seed = |d| digest::chain_seed(&file, d);
+    if let Some(row) = digest::first_broken(seed("epochs"), &g.epochs) {
+        out.problems.push(format!(
+            "{file} epochs row {row}: its digest does not follow from its fields and the rows before it: the row was altered, inserted or removed"
+        ));
+    }
+    let Some(chains) = &run.info.group_chains else {
+        return;
+    };
+    let Some(recorded) = chains.iter().find(|c| c.group == g.group) else {
+        out.notes.push(format!(
+            "primary.h5 recorded no final digests for group {} (it did not stop cleanly): its epoch chain is intact up to its last row",
+            g.group
+        ));
+        return;
+    };
+    if recorded.ranks != g.ranks {
+        out.problems.push(format!(
+            "{file}: attribute \"accelerators\" is {}, but primary.h5 recorded {} ranks for group {} at the run's end: the file was altered",
+            g.ranks, recorded.ranks, g.group
+        ));
+    }
+    let ends = [
+        ChainEnd::new(
+            "epochs",
+            g.epochs.len() as u64,
+            &digest::chain(seed("epochs"), &g.epochs),
+        ),
+        ChainEnd::new(
+            "monitor",
+            g.monitor.len() as u64,
+            &digest::chain(seed("monitor"), &g.monitor),
+        ),
+        ChainEnd::new(
+            "trace",
+            g.trace.len() as u64,
+            &digest::chain(seed("trace"), &g.trace),
+        ),
+    ];
+    for end in &ends {
+        let r = recorded.chains.iter().find(|c| c.dataset == end.dataset);
+        compare_end(&file, end, r, true, out);
+    }
+}
+
+/// The run digest over every sealed attribute, against the stored one and the one given.
 fn check_run_digest(run: &Run, expected: Option<&Digest>, out: &mut Integrity) {
     let i = &run.info;
-    let (Some(chains), Some(stored)) = (&i.group_chains, &i.run_digest) else {
+    let Some(stored) = &i.run_digest else {
         if out.problems.is_empty() {
             out.records = "incomplete";
         }
@@ -101,11 +204,16 @@ fn check_run_digest(run: &Run, expected: Option<&Digest>, out: &mut Integrity) {
         }
         return;
     };
-    let recomputed = run_digest(run, chains);
+    if i.group_chains.is_none() || i.primary_chains.is_none() {
+        out.problems.push(
+            "primary.h5 holds a run digest but not the chain ends it seals (group_digests, primary_digests): the seal was altered".into(),
+        );
+    }
+    let recomputed = digest::run_digest(&i.sealed);
     let hex = digest::hex(&recomputed);
     if !stored.eq_ignore_ascii_case(&hex) {
         out.problems.push(
-            "primary.h5: its run digest does not match its configuration, dataset identity, search record, start time and group digests: they were altered".into(),
+            "primary.h5: its run digest does not match its attributes (configuration, dataset identity, search record, times, world, groups, accelerators, hosts, devices, seed, precision, resumes and the chain ends): they were altered".into(),
         );
     }
     if let Some(want) = expected {
@@ -119,17 +227,4 @@ fn check_run_digest(run: &Run, expected: Option<&Digest>, out: &mut Integrity) {
         }
     }
     out.run_digest = Some(hex);
-}
-
-/// The run digest of `run`'s attributes over `chains`.
-fn run_digest(run: &Run, chains: &[GroupChain]) -> Digest {
-    let i = &run.info;
-    digest::run_digest(
-        &i.rules_version,
-        &i.config_json,
-        &i.dataset_json,
-        &i.search_json,
-        i.start_time_s,
-        chains,
-    )
 }

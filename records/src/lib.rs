@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod consistency;
 pub mod digest;
 pub mod error;
 mod h5guard;

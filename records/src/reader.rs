@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use hdf5::types::TypeDescriptor;
 use hdf5::H5Type;
 
-use crate::digest::GroupChain;
+use crate::digest::{ChainEnd, GroupChain};
 use crate::error::RecordError;
-use crate::schema::PRIMARY_FILE;
 use crate::schema::{
-    attr, group_file, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, TrialStatus,
+    attr, group_file, AttrValue, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, TrialStatus,
+    GROUP_ATTRS, PRIMARY_ATTRS, PRIMARY_FILE,
 };
 use crate::source::Source;
 
@@ -51,10 +51,21 @@ pub struct RunInfo {
     pub dataset_json: String,
     /// The search record, JSON text (`null` in schema 1).
     pub search_json: String,
-    /// The groups' chains recorded at a clean stop.
+    /// Every rank's device (rank 0 first: `primary`).
+    pub devices: Vec<String>,
+    /// The run's seed.
+    pub seed: u64,
+    /// The groups' chains recorded at a clean stop (schema 3).
     pub group_chains: Option<Vec<GroupChain>>,
+    /// The primary's own datasets' chains recorded at a clean stop (schema 3).
+    pub primary_chains: Option<Vec<ChainEnd>>,
     /// The run digest recorded at a clean stop, hex.
     pub run_digest: Option<String>,
+    /// Every sealed attribute as stored, in [`PRIMARY_ATTRS`] order (the run digest's input).
+    #[serde(skip)]
+    pub sealed: Vec<(&'static str, Option<AttrValue>)>,
+    /// Attributes of `primary.h5` that the schema does not have (nothing seals them).
+    pub unsealed: Vec<String>,
 }
 
 /// One group's records.
@@ -71,6 +82,8 @@ pub struct GroupRecords {
     pub monitor: Vec<MonitorRow>,
     /// Traced spans (`--trace-steps`; none in schema 1).
     pub trace: Vec<TraceRow>,
+    /// Attributes of the file that the schema does not have (nothing seals them).
+    pub unsealed: Vec<String>,
 }
 
 /// A run read back.
@@ -91,6 +104,10 @@ pub struct Run {
     pub missing: Vec<String>,
     /// Every registered architecture (IR JSON) by model id, for the recount of operations.
     pub architectures: std::collections::BTreeMap<u64, String>,
+    /// The architectures as recorded, in order (model id, IR JSON): their chain.
+    pub architecture_rows: Vec<(u64, String)>,
+    /// TPE observations recorded by the primary.
+    pub tpe: Vec<TpeRow>,
 }
 
 /// A trial's status as stored: the schema's enum type, but any byte, so that a damaged
@@ -123,6 +140,56 @@ struct StoredTrial {
     start_s: f64,
     end_s: f64,
     status: StoredStatus,
+    digest: [u8; 32],
+}
+
+/// [`StoredTrial`] of schemas 1 and 2: no digest.
+#[derive(H5Type, Clone, Copy, Debug)]
+#[repr(C)]
+struct StoredTrialV2 {
+    model_id: u64,
+    father: i64,
+    group: u32,
+    round: u32,
+    batch_size: u32,
+    kernel_size: u32,
+    epochs: u32,
+    best_accuracy: f64,
+    reported_accuracy: f64,
+    start_s: f64,
+    end_s: f64,
+    status: StoredStatus,
+}
+
+impl From<StoredTrialV2> for StoredTrial {
+    /// A zero digest: what schemas 1 and 2 did not record.
+    fn from(t: StoredTrialV2) -> StoredTrial {
+        StoredTrial {
+            model_id: t.model_id,
+            father: t.father,
+            group: t.group,
+            round: t.round,
+            batch_size: t.batch_size,
+            kernel_size: t.kernel_size,
+            epochs: t.epochs,
+            best_accuracy: t.best_accuracy,
+            reported_accuracy: t.reported_accuracy,
+            start_s: t.start_s,
+            end_s: t.end_s,
+            status: t.status,
+            digest: [0; 32],
+        }
+    }
+}
+
+/// [`TpeRow`] of schemas 1 and 2: no digest.
+#[derive(H5Type, Clone, Copy, Debug)]
+#[repr(C)]
+struct TpeRowV2 {
+    time_s: f64,
+    batch_size: u32,
+    kernel_size: u32,
+    loss: f64,
 }
 
 /// A checked trial row, or the field that is wrong and why.
@@ -156,6 +223,7 @@ fn check_trial(t: &StoredTrial) -> Result<TrialRow, (&'static str, String)> {
         start_s: t.start_s,
         end_s: t.end_s,
         status,
+        digest: t.digest,
     })
 }
 
@@ -237,12 +305,32 @@ fn read_info(p: &Source) -> Result<RunInfo, RecordError> {
     })?
     .unwrap_or_default();
     let v2 = p.version() >= 2;
-    let group_chains = optional(p, attr::GROUP_DIGESTS, || {
-        serde_json::from_str(&p.text(attr::GROUP_DIGESTS)?).map_err(|e| {
-            let problem = format!("not a JSON list of {{group, epochs, digest}} ({e})");
-            bad(attr::GROUP_DIGESTS, problem)
-        })
-    })?;
+    let v3 = p.version() >= 3;
+    let group_chains = if v3 {
+        optional(p, attr::GROUP_DIGESTS, || {
+            serde_json::from_str(&p.text(attr::GROUP_DIGESTS)?).map_err(|e| {
+                let problem = format!("not a JSON list of {{group, ranks, chains}} ({e})");
+                bad(attr::GROUP_DIGESTS, problem)
+            })
+        })?
+    } else {
+        None
+    };
+    let primary_chains = if v3 {
+        optional(p, attr::PRIMARY_DIGESTS, || {
+            serde_json::from_str(&p.text(attr::PRIMARY_DIGESTS)?).map_err(|e| {
+                let problem = format!("not a JSON list of {{dataset, rows, digest}} ({e})");
+                bad(attr::PRIMARY_DIGESTS, problem)
+            })
+        })?
+    } else {
+        None
+    };
+    let sealed = PRIMARY_ATTRS
+        .iter()
+        .map(|s| Ok((s.name, p.attr_value(s)?)))
+        .collect::<Result<Vec<_>, RecordError>>()?;
+    let unsealed = unsealed(p, PRIMARY_ATTRS.iter().map(|s| s.name).chain([attr::RUN_DIGEST]))?;
     let info = RunInfo {
         program_version: p.text(attr::PROGRAM_VERSION)?,
         rules_version: p.text(attr::RULES_VERSION)?,
@@ -269,11 +357,31 @@ fn read_info(p: &Source) -> Result<RunInfo, RecordError> {
         } else {
             "null".into()
         },
+        devices: serde_json::from_str(&p.text(attr::DEVICES)?)
+            .map_err(|e| bad(attr::DEVICES, format!("not a JSON list of strings ({e})")))?,
+        seed: p.attr(attr::SEED)?,
         group_chains,
+        primary_chains,
         run_digest: optional(p, attr::RUN_DIGEST, || p.text(attr::RUN_DIGEST))?,
+        sealed,
+        unsealed,
     };
     check_info(p, &info)?;
     Ok(info)
+}
+
+/// The attributes of the file that are not among `known`, sorted.
+fn unsealed<'a>(
+    p: &Source,
+    known: impl Iterator<Item = &'a str> + Clone,
+) -> Result<Vec<String>, RecordError> {
+    let mut out: Vec<String> = p
+        .attr_names()?
+        .into_iter()
+        .filter(|n| !known.clone().any(|k| k == n))
+        .collect();
+    out.sort();
+    Ok(out)
 }
 
 /// The attributes' values, and their counts against each other: one host and one device per
@@ -418,6 +526,7 @@ fn read_group(
     Ok(GroupRecords {
         group: g,
         ranks,
+        unsealed: unsealed(&f, GROUP_ATTRS.iter().map(|s| s.name))?,
         epochs,
         monitor: f.rows::<MonitorRow>("monitor")?,
         trace: if version >= 2 {
@@ -436,8 +545,13 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
     }
     let p = Source::open(&path)?;
     let info = read_info(&p)?;
-    let trials = p
-        .rows::<StoredTrial>("trials")?
+    let stored: Vec<StoredTrial> = if info.schema_version >= 3 {
+        p.rows::<StoredTrial>("trials")?
+    } else {
+        let v2 = p.rows::<StoredTrialV2>("trials")?;
+        v2.into_iter().map(StoredTrial::from).collect()
+    };
+    let trials = stored
         .iter()
         .enumerate()
         .map(|(row, t)| {
@@ -474,7 +588,7 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
         )?);
     }
     missing.extend(extra_group_files(dir, info.groups));
-    let architectures = read_architectures(dir)?.into_iter().collect();
+    let architecture_rows = read_architectures(dir)?;
     Ok(Run {
         dir: dir.into(),
         info,
@@ -482,7 +596,9 @@ pub fn read_run(dir: &Path) -> Result<Run, RecordError> {
         groups,
         warnings,
         missing,
-        architectures,
+        architectures: architecture_rows.iter().cloned().collect(),
+        architecture_rows,
+        tpe: read_tpe(dir)?,
     })
 }
 
@@ -512,7 +628,21 @@ fn extra_group_files(dir: &Path, groups: u32) -> Vec<String> {
 
 /// The TPE observations recorded in `dir/primary.h5`, in the order the primary learned them.
 pub fn read_tpe(dir: &Path) -> Result<Vec<TpeRow>, RecordError> {
-    Source::open(&dir.join(PRIMARY_FILE))?.rows::<TpeRow>("tpe")
+    let p = Source::open(&dir.join(PRIMARY_FILE))?;
+    if p.version() >= 3 {
+        return p.rows::<TpeRow>("tpe");
+    }
+    let rows = p.rows::<TpeRowV2>("tpe")?;
+    Ok(rows
+        .into_iter()
+        .map(|r| TpeRow {
+            time_s: r.time_s,
+            batch_size: r.batch_size,
+            kernel_size: r.kernel_size,
+            loss: r.loss,
+            digest: [0; 32],
+        })
+        .collect())
 }
 
 /// The resolved configuration (JSON) recorded in `dir/primary.h5`.

@@ -229,7 +229,7 @@ pub fn records_line(s: &Score) -> String {
     match i.records {
         "intact" => format!("intact (run digest {digest}{given})"),
         "incomplete" => "chains intact, no run digest (the run did not stop cleanly)".into(),
-        "unverifiable" => "unverifiable (schema 1: no digests)".into(),
+        "unverifiable" => "unverifiable (schema 1 or 2: not sealed as schema 3 requires)".into(),
         other => {
             let given = match i.digest_matches {
                 Some(true) => {

@@ -1,12 +1,15 @@
-//! The record schema (DESIGN.md §6, a contract): row types of the HDF5 datasets, attribute
-//! names, and the versions. Documented for reviewers in `results/README.md`.
+//! The record schema (DESIGN.md §6, a contract): row types of the HDF5 datasets, the
+//! attributes of each file as a table ([`PRIMARY_ATTRS`], [`GROUP_ATTRS`]) and the datasets
+//! of each file ([`PRIMARY_DATASETS`], [`GROUP_DATASETS`]), and the versions. The tables are
+//! what the seal covers ([`crate::digest`]): an attribute or dataset added to the schema is
+//! added here, and is then sealed. Documented for reviewers in `results/README.md`.
 
 use hdf5::H5Type;
 
 /// Version of this schema; readers refuse others.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 /// Version of the scoring and validity rules (DESIGN.md §5).
-pub const RULES_VERSION: &str = "aiperf-rules-3";
+pub const RULES_VERSION: &str = "aiperf-rules-4";
 /// File name of the primary's records.
 pub const PRIMARY_FILE: &str = "primary.h5";
 
@@ -51,8 +54,8 @@ pub struct EpochRow {
     pub allreduce_bytes: u64,
     /// Seconds waiting for data.
     pub data_wait_s: f64,
-    /// Running SHA-256 of the previous row's digest and this row's fields (schema 2;
-    /// [`crate::digest`]).
+    /// Running SHA-256 of the previous row's digest and this row's fields
+    /// ([`crate::digest`]).
     pub digest: [u8; 32],
 }
 
@@ -136,6 +139,8 @@ pub struct TrialRow {
     pub end_s: f64,
     /// How it ended.
     pub status: TrialStatus,
+    /// Running SHA-256 of the previous row's digest and this row's fields (schema 3).
+    pub digest: [u8; 32],
 }
 
 /// Attribute names of `primary.h5`.
@@ -174,9 +179,12 @@ pub mod attr {
     pub const DATASET_IDENTITY: &str = "dataset_identity";
     /// string: JSON [`crate::rules::SearchRecord`], the algorithms and schedules used.
     pub const SEARCH: &str = "search";
-    /// string, at a clean stop: JSON list of [`crate::digest::GroupChain`].
+    /// string, at a clean stop: JSON list of [`crate::digest::GroupChain`], one per group.
     pub const GROUP_DIGESTS: &str = "group_digests";
-    /// string, at a clean stop: the run digest, 64 hex digits.
+    /// string, at a clean stop: JSON list of [`crate::digest::ChainEnd`], one per dataset
+    /// of `primary.h5` ([`super::PRIMARY_DATASETS`]).
+    pub const PRIMARY_DIGESTS: &str = "primary_digests";
+    /// string, at a clean stop: the run digest over every other attribute, 64 hex digits.
     pub const RUN_DIGEST: &str = "run_digest";
     /// string, optional: JSON list of `[stopped_s, resumed_s]` pairs, one per
     /// `aiperf run --resume` — the last record before the stop and the moment the run went
@@ -196,4 +204,108 @@ pub struct TpeRow {
     pub kernel_size: u32,
     /// Loss observed (1 − reported accuracy).
     pub loss: f64,
+    /// Running SHA-256 of the previous row's digest and this row's fields (schema 3).
+    pub digest: [u8; 32],
 }
+
+/// An attribute's stored type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttrKind {
+    /// Unsigned 32-bit integer.
+    U32,
+    /// Unsigned 64-bit integer.
+    U64,
+    /// 64-bit float.
+    F64,
+    /// Variable-length UTF-8 string.
+    Text,
+}
+
+/// When an attribute is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// When the file is created.
+    AtStart,
+    /// At a clean stop (absent after a crash, removed by a resume).
+    AtStop,
+    /// By the first `aiperf run --resume` (absent for a run never resumed).
+    OnResume,
+}
+
+/// One attribute of the schema.
+#[derive(Clone, Copy, Debug)]
+pub struct AttrSpec {
+    /// Its name.
+    pub name: &'static str,
+    /// Its type.
+    pub kind: AttrKind,
+    /// When it is written.
+    pub written: Written,
+}
+
+/// An attribute's value as stored.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrValue {
+    /// [`AttrKind::U32`].
+    U32(u32),
+    /// [`AttrKind::U64`].
+    U64(u64),
+    /// [`AttrKind::F64`].
+    F64(f64),
+    /// [`AttrKind::Text`].
+    Text(String),
+}
+
+const fn spec(name: &'static str, kind: AttrKind, written: Written) -> AttrSpec {
+    AttrSpec {
+        name,
+        kind,
+        written,
+    }
+}
+
+/// Every attribute of `primary.h5` but the run digest, in the order the run digest
+/// covers them: all of them are sealed.
+#[rustfmt::skip]
+pub const PRIMARY_ATTRS: &[AttrSpec] = {
+    use AttrKind::{Text, F64, U32, U64};
+    use Written::{AtStart, AtStop, OnResume};
+    &[
+        spec(attr::SCHEMA_VERSION, U32, AtStart),
+        spec(attr::PROGRAM_VERSION, Text, AtStart),
+        spec(attr::RULES_VERSION, Text, AtStart),
+        spec(attr::CONFIG, Text, AtStart),
+        spec(attr::START_TIME, F64, AtStart),
+        spec(attr::END_TIME, F64, AtStop),
+        spec(attr::WORLD_SIZE, U32, AtStart),
+        spec(attr::GROUPS, U32, AtStart),
+        spec(attr::ACCELERATORS, U32, AtStart),
+        spec(attr::HOSTS, Text, AtStart),
+        spec(attr::DEVICES, Text, AtStart),
+        spec(attr::SEED, U64, AtStart),
+        spec(attr::DATASET, Text, AtStart),
+        spec(attr::START_ARCH, Text, AtStart),
+        spec(attr::PRECISION, Text, AtStart),
+        spec(attr::DATASET_IDENTITY, Text, AtStart),
+        spec(attr::SEARCH, Text, AtStart),
+        spec(attr::RESUMES, Text, OnResume),
+        spec(attr::GROUP_DIGESTS, Text, AtStop),
+        spec(attr::PRIMARY_DIGESTS, Text, AtStop),
+    ]
+};
+
+/// Every attribute of `group-<g>.h5`. Sealed through the primary's `group_digests`: the
+/// schema version must be the primary's, `group` the file's number and `accelerators` the
+/// recorded ranks.
+pub const GROUP_ATTRS: &[AttrSpec] = &[
+    spec(attr::SCHEMA_VERSION, AttrKind::U32, Written::AtStart),
+    spec("group", AttrKind::U32, Written::AtStart),
+    spec(attr::ACCELERATORS, AttrKind::U32, Written::AtStart),
+];
+
+/// The datasets of `primary.h5`, each one chain (`architectures` chains each model id of
+/// `architecture_ids` with its JSON).
+pub const PRIMARY_DATASETS: &[&str] = &["trials", "architectures", "tpe"];
+
+/// The datasets of `group-<g>.h5`, each one chain.
+pub const GROUP_DATASETS: &[&str] = &["epochs", "monitor", "trace"];

@@ -27,7 +27,8 @@ pub struct Point {
     pub ops: u128,
     /// ops / elapsed.
     pub ops_per_s: f64,
-    /// 1 − best validation accuracy so far (1 before any epoch).
+    /// 1 − best validation accuracy so far (1 before any epoch), floored at
+    /// [`ERROR_FLOOR`]: the value the regulated score uses.
     pub error: f64,
     /// OPS · (−ln error).
     pub regulated: f64,
@@ -233,7 +234,7 @@ fn timeline(t0: f64, grid: &[f64], epochs: &[&EpochRow]) -> (Vec<Point>, bool) {
             elapsed_s: elapsed,
             ops,
             ops_per_s,
-            error: raw_error,
+            error,
             // Before any completed epoch error = 1 and regulated = 0 (DESIGN.md §5), not −0.
             regulated: ops_per_s * -error.ln() + 0.0,
         });
@@ -385,7 +386,12 @@ pub fn score_with_digest(
     let integrity = integrity::check(run, expected);
     warnings.extend(integrity.notes.iter().cloned());
     let verdict = verdict(run, duration_s, 1.0 - best_accuracy, &integrity);
-    let groups: Vec<u32> = (0..run.info.groups).collect();
+    let groups: Vec<(u32, &[EpochRow])> = (0..run.info.groups)
+        .map(|g| {
+            let rows = run.groups.iter().find(|r| r.group == g);
+            (g, rows.map_or(&[][..], |r| &r.epochs[..]))
+        })
+        .collect();
     let measured = Measured {
         interval_s,
         stability: stability(t0, t_end, &epochs, &run.trials, &groups),
@@ -500,7 +506,11 @@ fn verdict(run: &Run, duration_s: f64, final_error: f64, integrity: &Integrity) 
     }
     invalid.extend(run.missing.iter().cloned());
     invalid.extend(integrity.problems.iter().cloned());
+    if integrity.records == "incomplete" {
+        invalid.push("no run digest: the run did not stop cleanly, so nothing seals its attributes or vouches for its last rows (resume it with `aiperf run --resume` and let it reach its deadline)".into());
+    }
     invalid.extend(crate::recount::recount(run));
+    invalid.extend(crate::consistency::check(run));
     if i.rules_version != RULES_VERSION {
         invalid.push(format!(
             "recorded under rules {}, scored under {RULES_VERSION}",

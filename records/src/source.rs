@@ -11,7 +11,7 @@ use hdf5::types::{TypeDescriptor, VarLenUnicode};
 use hdf5::{Container, Datatype, File, H5Type};
 
 use crate::error::RecordError;
-use crate::h5guard::check_file;
+use crate::h5guard::walk_file;
 use crate::schema::{attr, SCHEMA_VERSION};
 
 /// Seconds a lock held by a writer that just died is waited for.
@@ -23,6 +23,8 @@ pub(crate) struct Source {
     path: PathBuf,
     len_bytes: u64,
     version: u32,
+    /// The root's attribute names as the guard read them from the file's bytes.
+    root_attributes: Option<Vec<String>>,
 }
 
 /// The oldest schema read (schema 1: no optimizer steps, no digests; scored as unverifiable).
@@ -37,7 +39,7 @@ impl Source {
             path: path.into(),
             source,
         })?;
-        check_file(&bytes).map_err(|e| RecordError::Hdf5 {
+        let walked = walk_file(&bytes).map_err(|e| RecordError::Hdf5 {
             path: path.into(),
             message: format!(
                 "{e}: the file is damaged (or a run is still writing it; aiperf score reads finished or stopped runs)"
@@ -48,6 +50,7 @@ impl Source {
             path: path.into(),
             len_bytes: bytes.len() as u64,
             version: SCHEMA_VERSION,
+            root_attributes: walked.root_attributes,
         };
         let version: u32 = source.attr(attr::SCHEMA_VERSION)?;
         if !(OLDEST_SCHEMA..=SCHEMA_VERSION).contains(&version) {
@@ -115,6 +118,35 @@ impl Source {
                 T::type_descriptor()
             ),
         ))
+    }
+
+    /// The names of every attribute of the file's root.
+    /// (From the guard's walk where it walked the file: HDF5 1.10 crashes iterating over
+    /// some damaged attribute messages.)
+    pub(crate) fn attr_names(&self) -> Result<Vec<String>, RecordError> {
+        if let Some(names) = &self.root_attributes {
+            return Ok(names.clone());
+        }
+        self.file
+            .attr_names()
+            .map_err(|e| self.hdf5("attribute names", e))
+    }
+
+    /// The value of the attribute `spec` describes, `None` when it is absent.
+    pub(crate) fn attr_value(
+        &self,
+        spec: &crate::schema::AttrSpec,
+    ) -> Result<Option<crate::schema::AttrValue>, RecordError> {
+        use crate::schema::{AttrKind, AttrValue};
+        if !self.has_attr(spec.name) {
+            return Ok(None);
+        }
+        Ok(Some(match spec.kind {
+            AttrKind::U32 => AttrValue::U32(self.attr(spec.name)?),
+            AttrKind::U64 => AttrValue::U64(self.attr(spec.name)?),
+            AttrKind::F64 => AttrValue::F64(self.attr(spec.name)?),
+            AttrKind::Text => AttrValue::Text(self.text(spec.name)?),
+        }))
     }
 
     /// Whether the attribute `name` exists.

@@ -44,17 +44,26 @@ fn ops_between(epochs: &[&EpochRow], from: f64, to: f64) -> u128 {
         .sum()
 }
 
-/// The warm-up end (absolute) over `groups`, or the groups that had not finished it.
-fn warmup_end(trials: &[TrialRow], groups: &[u32]) -> Result<f64, Vec<u32>> {
+/// The warm-up end (absolute) over `groups` (each with its epoch rows), or the groups that
+/// had not finished it. A group's warm-up ends with the last epoch row of its first three
+/// trials (rounds 0–2), once its trial rows show the third finished (not stopped): the
+/// time comes from the sealed, consistency-checked epoch rows, not the trial rows' times.
+fn warmup_end(trials: &[TrialRow], groups: &[(u32, &[EpochRow])]) -> Result<f64, Vec<u32>> {
     let mut end = f64::NEG_INFINITY;
     let mut unfinished = Vec::new();
-    for &g in groups {
-        let third = trials.iter().find(|t| {
+    for &(g, rows) in groups {
+        let third = trials.iter().any(|t| {
             t.group == g && t.round == WARMUP_TRIALS - 1 && t.status != TrialStatus::Stopped
         });
-        match third {
-            Some(t) => end = end.max(t.end_s),
-            None => unfinished.push(g),
+        let last = rows
+            .iter()
+            .filter(|e| e.trial < u64::from(WARMUP_TRIALS))
+            .map(|e| e.time_s)
+            .fold(f64::NEG_INFINITY, f64::max);
+        if third && last.is_finite() {
+            end = end.max(last);
+        } else {
+            unfinished.push(g);
         }
     }
     if unfinished.is_empty() && end.is_finite() {
@@ -65,13 +74,13 @@ fn warmup_end(trials: &[TrialRow], groups: &[u32]) -> Result<f64, Vec<u32>> {
 }
 
 /// The stability figures over `epochs` (any order) of a run from `t0` to `t_end`, whose
-/// `groups` trained `trials`; `ops_per_s_end` is the score.
+/// `groups` (each with its epoch rows) trained `trials`.
 pub fn stability(
     t0: f64,
     t_end: f64,
     epochs: &[&EpochRow],
     trials: &[TrialRow],
-    groups: &[u32],
+    groups: &[(u32, &[EpochRow])],
 ) -> Stability {
     let duration = t_end - t0;
     let window_s = MIN_WINDOW_S.max(WINDOW_FRACTION * duration);
@@ -140,7 +149,17 @@ mod tests {
             start_s: 0.0,
             end_s,
             status,
+            digest: [0; 32],
         }
+    }
+
+    /// A group's rows of rounds 0–2 (the last at `warmup_end`) and a later one.
+    fn group_rows(warmup_end: f64) -> Vec<EpochRow> {
+        let mut later = epoch(warmup_end + 50.0, 1);
+        later.trial = 3;
+        let mut third = epoch(warmup_end, 1);
+        third.trial = 2;
+        vec![epoch(warmup_end - 50.0, 1), third, later]
     }
 
     #[test]
@@ -148,12 +167,14 @@ mod tests {
         // t0 = 0, end 4000 s; 100 ops every 100 s.
         let rows: Vec<_> = (1..=40).map(|k| epoch(100.0 * k as f64, 100)).collect();
         let e: Vec<&EpochRow> = rows.iter().collect();
+        // The trial rows' end times are not what decides: the epoch rows are.
         let trials = [
-            trial(0, 2, 1000.0, TrialStatus::Finished),
-            trial(1, 2, 1500.0, TrialStatus::Failed),
+            trial(0, 2, 1.0, TrialStatus::Finished),
+            trial(1, 2, 2.0, TrialStatus::Failed),
             trial(1, 1, 3000.0, TrialStatus::Finished),
         ];
-        let s = stability(0.0, 4000.0, &e, &trials, &[0, 1]);
+        let (g0, g1) = (group_rows(1000.0), group_rows(1500.0));
+        let s = stability(0.0, 4000.0, &e, &trials, &[(0, &g0), (1, &g1)]);
         assert_eq!(s.warmup_end_s, Some(1500.0));
         // Epochs at 1600..=4000: 25 × 100 ops over 2500 s.
         assert_eq!(s.steady_ops_per_s, Some(1.0));
@@ -173,7 +194,8 @@ mod tests {
             trial(0, 2, 1000.0, TrialStatus::Finished),
             trial(1, 2, 3900.0, TrialStatus::Stopped),
         ];
-        let s = stability(0.0, 4000.0, &e, &trials, &[0, 1]);
+        let (g0, g1) = (group_rows(1000.0), group_rows(3900.0));
+        let s = stability(0.0, 4000.0, &e, &trials, &[(0, &g0), (1, &g1)]);
         assert_eq!(s.warmup_end_s, None);
         assert_eq!(s.groups_in_warmup, vec![1]);
         assert_eq!(s.steady_ops_per_s, None);
@@ -184,7 +206,7 @@ mod tests {
     fn a_run_shorter_than_the_window_cannot_be_tested() {
         let rows = [epoch(100.0, 5)];
         let e: Vec<&EpochRow> = rows.iter().collect();
-        let s = stability(0.0, 300.0, &e, &[], &[0]);
+        let s = stability(0.0, 300.0, &e, &[], &[(0, &rows)]);
         assert_eq!(s.window_s, 360.0);
         assert_eq!(s.ops_per_s_window_before, None);
         assert_eq!(s.converged, None);

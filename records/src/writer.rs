@@ -1,5 +1,6 @@
 //! Writing the records: chunked, resizable datasets appended and flushed one row at a time,
-//! so a crash loses at most the row being written.
+//! so a crash loses at most the row being written; every dataset chained as it grows
+//! ([`crate::digest`]) and the whole of `primary.h5` sealed at a clean stop.
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -7,11 +8,11 @@ use std::path::{Path, PathBuf};
 use hdf5::types::VarLenUnicode;
 use hdf5::{Dataset, Extent, File, H5Type};
 
-use crate::digest::{self, Digest, GroupChain};
+use crate::digest::{self, Carried, ChainEnd, Digest, GroupChain};
 use crate::error::RecordError;
 use crate::schema::{
-    attr, group_file, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, PRIMARY_FILE,
-    RULES_VERSION, SCHEMA_VERSION,
+    attr, group_file, AttrKind, AttrValue, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow,
+    PRIMARY_ATTRS, PRIMARY_FILE, RULES_VERSION, SCHEMA_VERSION,
 };
 
 /// Rows per chunk of every dataset.
@@ -104,6 +105,48 @@ fn append<T: H5Type>(file: &File, path: &Path, ds: &Dataset, row: &T) -> Result<
     append_rows(file, path, ds, std::slice::from_ref(row))
 }
 
+/// One dataset's chain as it grows: its seed's successor so far and its rows.
+struct Chain {
+    name: &'static str,
+    last: Cell<Digest>,
+    rows: Cell<u64>,
+}
+
+impl Chain {
+    /// A chain of `name` in `file` after `rows` existing rows ending in `last`.
+    fn at(name: &'static str, last: Digest, rows: u64) -> Chain {
+        Chain {
+            name,
+            last: Cell::new(last),
+            rows: Cell::new(rows),
+        }
+    }
+
+    /// A chain of `name` in `file` over `rows`, already written.
+    fn over<T: H5Type>(file: &str, name: &'static str, rows: &[T]) -> Chain {
+        let last = digest::chain(digest::chain_seed(file, name), rows);
+        Chain::at(name, last, rows.len() as u64)
+    }
+
+    /// Seals `rows` (filling their carried digests) onto the chain.
+    fn seal<T: Carried>(&self, rows: &[T]) -> Vec<T> {
+        let mut sealed = rows.to_vec();
+        self.last.set(digest::seal(self.last.get(), &mut sealed));
+        self.rows.set(self.rows.get() + rows.len() as u64);
+        sealed
+    }
+
+    /// Extends the chain by `rows` (without carried digests).
+    fn extend<T: H5Type>(&self, rows: &[T]) {
+        self.last.set(digest::chain(self.last.get(), rows));
+        self.rows.set(self.rows.get() + rows.len() as u64);
+    }
+
+    fn end(&self) -> ChainEnd {
+        ChainEnd::new(self.name, self.rows.get(), &self.last.get())
+    }
+}
+
 /// `primary.h5`: run attributes, trials, architectures, TPE observations.
 pub struct PrimaryWriter {
     path: PathBuf,
@@ -112,6 +155,8 @@ pub struct PrimaryWriter {
     arch_ids: Dataset,
     arch_json: Dataset,
     tpe: Dataset,
+    /// The chains of [`crate::schema::PRIMARY_DATASETS`], in that order.
+    chains: [Chain; 3],
 }
 
 impl PrimaryWriter {
@@ -131,18 +176,9 @@ impl PrimaryWriter {
         write_attr(&file, &path, attr::WORLD_SIZE, &meta.world_size)?;
         write_attr(&file, &path, attr::GROUPS, &meta.groups)?;
         write_attr(&file, &path, attr::ACCELERATORS, &meta.accelerators)?;
-        write_text_attr(
-            &file,
-            &path,
-            attr::HOSTS,
-            &serde_json::to_string(&meta.hosts).expect("strings"),
-        )?;
-        write_text_attr(
-            &file,
-            &path,
-            attr::DEVICES,
-            &serde_json::to_string(&meta.devices).expect("strings"),
-        )?;
+        let list = |v: &[String]| serde_json::to_string(v).expect("strings");
+        write_text_attr(&file, &path, attr::HOSTS, &list(&meta.hosts))?;
+        write_text_attr(&file, &path, attr::DEVICES, &list(&meta.devices))?;
         write_attr(&file, &path, attr::SEED, &meta.seed)?;
         write_text_attr(&file, &path, attr::DATASET, &meta.dataset)?;
         write_text_attr(&file, &path, attr::START_ARCH, &meta.start_architecture)?;
@@ -154,6 +190,8 @@ impl PrimaryWriter {
         let arch_json = table::<VarLenUnicode>(&file, &path, "architectures")?;
         let tpe = table::<TpeRow>(&file, &path, "tpe")?;
         file.flush().map_err(h5(&path))?;
+        let seed = |name| digest::chain_seed(PRIMARY_FILE, name);
+        let chains = ["trials", "architectures", "tpe"].map(|n| Chain::at(n, seed(n), 0));
         Ok(PrimaryWriter {
             path,
             file,
@@ -161,12 +199,14 @@ impl PrimaryWriter {
             arch_ids,
             arch_json,
             tpe,
+            chains,
         })
     }
 
     /// Reopens `dir/primary.h5` of a stopped or crashed run to go on appending
-    /// (`aiperf run --resume`): clears its end time and records the resumption
-    /// (`stopped_s`: its last record; `resumed_s`: now) in the `resumes` attribute.
+    /// (`aiperf run --resume`): clears its end time and seal, records the resumption
+    /// (`stopped_s`: its last record; `resumed_s`: now) in the `resumes` attribute, and
+    /// takes up every chain where it ended.
     pub fn reopen(dir: &Path, stopped_s: f64, resumed_s: f64) -> Result<Self, RecordError> {
         let path = dir.join(PRIMARY_FILE);
         let file = File::open_rw(&path).map_err(h5(&path))?;
@@ -185,6 +225,7 @@ impl PrimaryWriter {
             attr::END_TIME,
             attr::RESUMES,
             attr::GROUP_DIGESTS,
+            attr::PRIMARY_DIGESTS,
             attr::RUN_DIGEST,
         ] {
             if file.attr(name).is_ok() {
@@ -204,6 +245,7 @@ impl PrimaryWriter {
             ds("architectures")?,
             ds("tpe")?,
         );
+        let chains = reopened_chains(&path, (&trials, &arch_ids, &arch_json, &tpe))?;
         file.flush().map_err(h5(&path))?;
         Ok(PrimaryWriter {
             path,
@@ -212,61 +254,99 @@ impl PrimaryWriter {
             arch_ids,
             arch_json,
             tpe,
+            chains,
         })
     }
 
     /// Records a finished (or stopped) trial.
     pub fn append_trial(&self, row: &TrialRow) -> Result<(), RecordError> {
-        append(&self.file, &self.path, &self.trials, row)
+        let sealed = self.chains[0].seal(std::slice::from_ref(row));
+        append_rows(&self.file, &self.path, &self.trials, &sealed)
     }
 
     /// Records a model's architecture (its IR JSON).
     pub fn append_architecture(&self, model_id: u64, json: &str) -> Result<(), RecordError> {
-        append(&self.file, &self.path, &self.arch_json, &text(json))?;
-        append(&self.file, &self.path, &self.arch_ids, &model_id)
+        let json = json.replace('\0', "");
+        append(&self.file, &self.path, &self.arch_json, &text(&json))?;
+        append(&self.file, &self.path, &self.arch_ids, &model_id)?;
+        let c = &self.chains[1];
+        c.last
+            .set(digest::architecture_digest(&c.last.get(), model_id, &json));
+        c.rows.set(c.rows.get() + 1);
+        Ok(())
     }
 
     /// Records a TPE observation.
     pub fn append_tpe(&self, row: &TpeRow) -> Result<(), RecordError> {
-        append(&self.file, &self.path, &self.tpe, row)
+        let sealed = self.chains[2].seal(std::slice::from_ref(row));
+        append_rows(&self.file, &self.path, &self.tpe, &sealed)
     }
 
-    /// A text attribute of this file.
-    fn text_attr(&self, name: &str) -> Result<String, RecordError> {
-        let a = self.file.attr(name).map_err(h5(&self.path))?;
-        let t: VarLenUnicode = a.read_scalar().map_err(h5(&self.path))?;
-        Ok(t.as_str().to_owned())
+    /// The values of every sealed attribute as this file holds them.
+    fn sealed_attrs(&self) -> Result<Vec<(&'static str, Option<AttrValue>)>, RecordError> {
+        let p = &self.path;
+        PRIMARY_ATTRS
+            .iter()
+            .map(|s| {
+                let Ok(a) = self.file.attr(s.name) else {
+                    return Ok((s.name, None));
+                };
+                let v = match s.kind {
+                    AttrKind::U32 => AttrValue::U32(a.read_scalar().map_err(h5(p))?),
+                    AttrKind::U64 => AttrValue::U64(a.read_scalar().map_err(h5(p))?),
+                    AttrKind::F64 => AttrValue::F64(a.read_scalar().map_err(h5(p))?),
+                    AttrKind::Text => {
+                        let t: VarLenUnicode = a.read_scalar().map_err(h5(p))?;
+                        AttrValue::Text(t.as_str().to_owned())
+                    }
+                };
+                Ok((s.name, Some(v)))
+            })
+            .collect()
     }
 
-    /// Marks a clean end of the run at `end_time_s`, records the groups' chains and the
-    /// run digest over them ([`crate::digest::run_digest`]), closes the file and returns
-    /// the run digest.
-    pub fn finish(self, end_time_s: f64, chains: &[GroupChain]) -> Result<Digest, RecordError> {
+    /// Marks a clean end of the run at `end_time_s`, records the groups' and its own
+    /// chains' ends and the run digest over every attribute
+    /// ([`crate::digest::run_digest`]), closes the file and returns the run digest.
+    pub fn finish(self, end_time_s: f64, groups: &[GroupChain]) -> Result<Digest, RecordError> {
         let p = &self.path;
         write_attr(&self.file, p, attr::END_TIME, &end_time_s)?;
-        let chains_json = serde_json::to_string(chains).expect("plain data");
-        write_text_attr(&self.file, p, attr::GROUP_DIGESTS, &chains_json)?;
-        let start: f64 = self
-            .file
-            .attr(attr::START_TIME)
-            .and_then(|a| a.read_scalar())
-            .map_err(h5(p))?;
-        let run = digest::run_digest(
-            &self.text_attr(attr::RULES_VERSION)?,
-            &self.text_attr(attr::CONFIG)?,
-            &self.text_attr(attr::DATASET_IDENTITY)?,
-            &self.text_attr(attr::SEARCH)?,
-            start,
-            chains,
-        );
+        let groups_json = serde_json::to_string(groups).expect("plain data");
+        write_text_attr(&self.file, p, attr::GROUP_DIGESTS, &groups_json)?;
+        let own: Vec<ChainEnd> = self.chains.iter().map(Chain::end).collect();
+        let own_json = serde_json::to_string(&own).expect("plain data");
+        write_text_attr(&self.file, p, attr::PRIMARY_DIGESTS, &own_json)?;
+        let run = digest::run_digest(&self.sealed_attrs()?);
         write_text_attr(&self.file, p, attr::RUN_DIGEST, &digest::hex(&run))?;
         self.file.flush().map_err(h5(p))?;
         Ok(run)
     }
 }
 
-/// `group-<g>.h5`: a group's epochs and monitor samples. It seals each epoch row into the
-/// group's digest chain as it appends it.
+/// The primary's chains over the rows a stopped run wrote.
+fn reopened_chains(
+    path: &Path,
+    (trials, ids, json, tpe): (&Dataset, &Dataset, &Dataset, &Dataset),
+) -> Result<[Chain; 3], RecordError> {
+    let trials: Vec<TrialRow> = trials.read_raw().map_err(h5(path))?;
+    let ids: Vec<u64> = ids.read_raw().map_err(h5(path))?;
+    let json: Vec<VarLenUnicode> = json.read_raw().map_err(h5(path))?;
+    let tpe: Vec<TpeRow> = tpe.read_raw().map_err(h5(path))?;
+    let archs: Vec<(u64, String)> = ids
+        .into_iter()
+        .zip(json.iter().map(|j| j.as_str().to_owned()))
+        .collect();
+    let seed = |name| digest::chain_seed(PRIMARY_FILE, name);
+    let arch_last = digest::architecture_chain(seed("architectures"), &archs);
+    Ok([
+        Chain::at("trials", digest::last_carried(seed("trials"), &trials), trials.len() as u64),
+        Chain::at("architectures", arch_last, archs.len() as u64),
+        Chain::at("tpe", digest::last_carried(seed("tpe"), &tpe), tpe.len() as u64),
+    ])
+}
+
+/// `group-<g>.h5`: a group's epochs, monitor samples and traced spans, each dataset chained
+/// as it grows (epoch rows carry their digest).
 pub struct GroupWriter {
     path: PathBuf,
     file: File,
@@ -274,8 +354,9 @@ pub struct GroupWriter {
     monitor: Dataset,
     trace: Dataset,
     group: u32,
-    /// The chain's last digest and its rows.
-    chain: Cell<(Digest, u64)>,
+    ranks: u32,
+    /// The chains of [`crate::schema::GROUP_DATASETS`], in that order.
+    chains: [Chain; 3],
 }
 
 impl GroupWriter {
@@ -290,6 +371,9 @@ impl GroupWriter {
         let monitor = table::<MonitorRow>(&file, &path, "monitor")?;
         let trace = table::<TraceRow>(&file, &path, "trace")?;
         file.flush().map_err(h5(&path))?;
+        let name = group_file(group);
+        let chains = ["epochs", "monitor", "trace"]
+            .map(|n| Chain::at(n, digest::chain_seed(&name, n), 0));
         Ok(GroupWriter {
             path,
             file,
@@ -297,7 +381,8 @@ impl GroupWriter {
             monitor,
             trace,
             group,
-            chain: Cell::new((digest::chain_seed(group), 0)),
+            ranks: accelerators,
+            chains,
         })
     }
 
@@ -311,9 +396,18 @@ impl GroupWriter {
         let epochs = file.dataset("epochs").map_err(h5(&path))?;
         let monitor = file.dataset("monitor").map_err(h5(&path))?;
         let trace = file.dataset("trace").map_err(h5(&path))?;
-        // The chain goes on from the last row written before the stop.
+        // Every chain goes on from the last row written before the stop.
+        let name = group_file(group);
         let rows: Vec<EpochRow> = epochs.read_raw().map_err(h5(&path))?;
-        let chain = (digest::last(group, &rows), rows.len() as u64);
+        let seed = digest::chain_seed(&name, "epochs");
+        let epochs_chain = Chain::at("epochs", digest::last_carried(seed, &rows), rows.len() as u64);
+        let monitor_rows: Vec<MonitorRow> = monitor.read_raw().map_err(h5(&path))?;
+        let trace_rows: Vec<TraceRow> = trace.read_raw().map_err(h5(&path))?;
+        let chains = [
+            epochs_chain,
+            Chain::over(&name, "monitor", &monitor_rows),
+            Chain::over(&name, "trace", &trace_rows),
+        ];
         Ok(GroupWriter {
             path,
             file,
@@ -321,7 +415,8 @@ impl GroupWriter {
             monitor,
             trace,
             group,
-            chain: Cell::new(chain),
+            ranks: accelerators,
+            chains,
         })
     }
 
@@ -332,21 +427,16 @@ impl GroupWriter {
 
     /// Records several completed epochs at once (one flush), e.g. when replaying records.
     pub fn append_epochs(&self, rows: &[EpochRow]) -> Result<(), RecordError> {
-        let (prev, n) = self.chain.get();
-        let mut sealed = rows.to_vec();
-        let last = digest::seal(prev, &mut sealed);
-        append_rows(&self.file, &self.path, &self.epochs, &sealed)?;
-        self.chain.set((last, n + rows.len() as u64));
-        Ok(())
+        let sealed = self.chains[0].seal(rows);
+        append_rows(&self.file, &self.path, &self.epochs, &sealed)
     }
 
-    /// The chain so far, as the primary records it at a clean stop.
+    /// The file's chains so far, as the primary records them at a clean stop.
     pub fn chain(&self) -> GroupChain {
-        let (last, epochs) = self.chain.get();
         GroupChain {
             group: self.group,
-            epochs,
-            digest: digest::hex(&last),
+            ranks: self.ranks,
+            chains: self.chains.iter().map(Chain::end).collect(),
         }
     }
 
@@ -355,11 +445,15 @@ impl GroupWriter {
         if rows.is_empty() {
             return Ok(());
         }
-        append_rows(&self.file, &self.path, &self.trace, rows)
+        append_rows(&self.file, &self.path, &self.trace, rows)?;
+        self.chains[2].extend(rows);
+        Ok(())
     }
 
     /// Records a monitor sample.
     pub fn append_monitor(&self, row: &MonitorRow) -> Result<(), RecordError> {
-        append(&self.file, &self.path, &self.monitor, row)
+        append(&self.file, &self.path, &self.monitor, row)?;
+        self.chains[1].extend(std::slice::from_ref(row));
+        Ok(())
     }
 }

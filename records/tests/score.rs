@@ -108,11 +108,11 @@ fn damaged_records_give_clear_errors() {
         "{e}"
     );
     // A schema this build does not know, and a group file of another schema than its run.
-    let dir = tmp.path().join("v3");
+    let dir = tmp.path().join("v4");
     write_run(&dir, Some(1000.0));
     for (version, expected) in [
-        (3u32, "schema version 3"),
-        (1, "\"schema_version\": 1, but primary.h5 has 2"),
+        (4u32, "schema version 4"),
+        (1, "\"schema_version\": 1, but primary.h5 has 3"),
     ] {
         {
             let f = hdf5::File::append(dir.join("group-0.h5")).unwrap();
@@ -170,38 +170,20 @@ fn a_truncated_file_is_an_error_naming_it() {
 fn a_valid_official_run() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
-    let m = common::official_meta(1);
-    let p = PrimaryWriter::create(tmp.path(), &m).unwrap();
-    let r50 = aiperf_ir::arch::resnet50(aiperf_ir::arch::Shape::new(3, 224, 224), 1000);
-    p.append_architecture(0, &r50.to_json()).unwrap();
-    let count = aiperf_ir::ops::OpCount::of(&r50).unwrap();
-    let mut e = epoch(3000.0, 0, 0, 0.75);
-    e.train_ops = u64::try_from(count.train_epoch(e.train_images, e.steps)).unwrap();
-    e.val_ops = u64::try_from(count.eval_epoch(e.val_images)).unwrap();
-    let g = GroupWriter::create(tmp.path(), 0, 2).unwrap();
-    g.append_epoch(&e).unwrap();
-    p.finish(T0 + 3700.0, &[g.chain()]).unwrap();
+    common::official_run(tmp.path(), 3);
     let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
     assert_eq!(s.verdict.status, Status::Valid, "{:?}", s.verdict.reasons);
+    assert_eq!(s.timeline.len(), 11); // 10 grid points below 3700 s, then the end
+    assert!(s.timeline[2].ops == 0 && s.timeline[3].ops > 0); // 1080 s, then 1440 s
     // One changed count, and the recount names the row (issue 12: it raised the score 440×
     // with every check passing).
-    drop(g);
-    let tampered = tempfile::tempdir().unwrap();
-    let p = PrimaryWriter::create(tampered.path(), &m).unwrap();
-    p.append_architecture(0, &r50.to_json()).unwrap();
-    let g = GroupWriter::create(tampered.path(), 0, 2).unwrap();
-    g.append_epoch(&e).unwrap();
-    g.append_epoch(&EpochRow {
-        train_ops: e.train_ops * 440,
-        epoch: 2,
-        time_s: e.time_s + 1.0,
-        ..e
-    })
-    .unwrap();
-    let chain = g.chain();
-    drop(g);
-    p.finish(T0 + 3700.0, &[chain]).unwrap();
-    let s = score(&read_run(tampered.path()).unwrap(), 360.0).unwrap();
+    let f = hdf5::File::open_rw(tmp.path().join("group-0.h5")).unwrap();
+    let ds = f.dataset("epochs").unwrap();
+    let mut rows: Vec<EpochRow> = ds.read_raw().unwrap();
+    rows[1].train_ops *= 440;
+    ds.write_raw(&rows).unwrap();
+    drop((ds, f));
+    let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
     assert_eq!(s.verdict.status, Status::Invalid);
     let why = s.verdict.reasons.join("; ");
     assert!(
@@ -210,8 +192,6 @@ fn a_valid_official_run() {
         "{why}"
     );
     assert!(!why.contains("row 0 "), "the intact row passes: {why}");
-    assert_eq!(s.timeline.len(), 11); // 10 grid points below 3700 s, then the end
-    assert!(s.timeline[7].ops == 0 && s.timeline[8].ops > 0); // 2880 s, then 3240 s
 }
 
 #[test]
@@ -467,9 +447,17 @@ const SNAPSHOT: &str = "aiperf score: RUN
   accelerator use          not monitored (no NVML sample among 1)
   host                     CPU 90.0% (mean of 1 samples), memory peak 1.000 GB
   records                  intact (run digest DIGEST)
-  verdict (aiperf-rules-3)   INVALID
+  verdict (aiperf-rules-4)   INVALID
     - run length in seconds, at least 1 h (--duration): 1000.0, at least 3600 [/measured/duration_s]
     - model 0: recorded architecture: the graph must start with one Input node (found no nodes): the operations of its 6 epoch row(s) cannot be recomputed
+    - no recorded architecture is the configured start architecture resnet8 (rebuilt for the dataset): the search did not start from it
+    - group-0.h5 epochs row 0 (model 0, epoch 1): 100 training images in 4 steps and 10 validation images, but 20000 images per epoch in global batches of 64 (batch size 32 × 2 ranks) make 19968 in 312 steps, and the validation split gives 10000
+    - group-0.h5 epochs row 1 (model 0, epoch 1): 100 training images in 4 steps and 10 validation images, but 20000 images per epoch in global batches of 64 (batch size 32 × 2 ranks) make 19968 in 312 steps, and the validation split gives 10000
+    - group-0.h5 epochs row 2 (model 0, epoch 1): 100 training images in 4 steps and 10 validation images, but 20000 images per epoch in global batches of 64 (batch size 32 × 2 ranks) make 19968 in 312 steps, and the validation split gives 10000
+    - group-1.h5 epochs row 0 (model 0, epoch 1): no trial row of group 1 trained model 0
+    - group-1.h5 epochs row 1 (model 0, epoch 1): no trial row of group 1 trained model 0
+    - and 1 more epoch rows whose images or steps do not follow
+    - primary.h5 trials row 0 (group 0, model 0): 3 epochs of round 0, but group-0.h5 holds 3 rows of that model not numbered 1, 2, … in that round
     - dataset (--config, --data): \"fashion-mnist\", official \"imagenet\" [/dataset/name]
     - training images in the pack (--data): 60000, official 1281167 [/dataset/train_images]
     - validation images in the pack (--data): 10000, official 50000 [/dataset/val_images]
@@ -506,6 +494,7 @@ fn a_resumed_run_keeps_its_rows_counts_the_down_time_and_says_so() {
             batch_size: 64,
             kernel_size: 5,
             loss: 0.3,
+            digest: [0; 32],
         })
         .unwrap();
         // The chains go on across the resumption.

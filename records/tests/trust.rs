@@ -12,27 +12,7 @@ use aiperf_records::schema::{EpochRow, MonitorRow, TrialStatus};
 use aiperf_records::score::Status;
 use aiperf_records::writer::{GroupWriter, PrimaryWriter};
 use aiperf_records::{read_run, score};
-use common::{epoch, meta, official_meta, serial, trial, write_run, T0};
-
-/// An official one-group run of ResNet-50 epochs with their true op counts, stopped
-/// cleanly at 3700 s.
-fn official_run(dir: &Path, epochs: u32) {
-    let p = PrimaryWriter::create(dir, &official_meta(1)).unwrap();
-    let r50 = aiperf_ir::arch::resnet50(aiperf_ir::arch::Shape::new(3, 224, 224), 1000);
-    p.append_architecture(0, &r50.to_json()).unwrap();
-    let count = aiperf_ir::ops::OpCount::of(&r50).unwrap();
-    let g = GroupWriter::create(dir, 0, 2).unwrap();
-    for k in 0..epochs {
-        let mut e = epoch(1000.0 + 100.0 * f64::from(k), 0, 0, 0.75);
-        e.epoch = k + 1;
-        e.train_ops = u64::try_from(count.train_epoch(e.train_images, e.steps)).unwrap();
-        e.val_ops = u64::try_from(count.eval_epoch(e.val_images)).unwrap();
-        g.append_epoch(&e).unwrap();
-    }
-    let chain = g.chain();
-    drop(g);
-    p.finish(T0 + 3700.0, &[chain]).unwrap();
-}
+use common::{epoch, meta, official_run, serial, trial, write_run, T0};
 
 /// Rewrites the epochs of `group-0.h5` through HDF5, as an editor would.
 fn edit_epochs(dir: &Path, edit: impl FnOnce(&mut Vec<EpochRow>)) {
@@ -108,7 +88,7 @@ fn removed_or_resealed_rows_disagree_with_the_digests_primary_h5_recorded() {
     let (status, why, _) = reasons(tmp.path());
     assert_eq!(status, Status::Invalid);
     assert!(
-        why.contains("group-0.h5: 2 epoch rows") && why.contains("recorded 3"),
+        why.contains("group-0.h5 epochs: 2 rows") && why.contains("recorded 3"),
         "{why}"
     );
     // A row altered and the whole chain resealed with the public algorithm: the last digest
@@ -117,7 +97,8 @@ fn removed_or_resealed_rows_disagree_with_the_digests_primary_h5_recorded() {
     official_run(other.path(), 3);
     edit_epochs(other.path(), |rows| {
         rows[2].val_accuracy = 0.9;
-        aiperf_records::digest::seal(aiperf_records::digest::chain_seed(0), rows);
+        let seed = aiperf_records::digest::chain_seed("group-0.h5", "epochs");
+        aiperf_records::digest::seal(seed, rows);
     });
     let (status, why, _) = reasons(other.path());
     assert_eq!(status, Status::Invalid);
@@ -256,7 +237,7 @@ fn a_missing_field_is_an_error_naming_the_file_and_the_field() {
         data_wait_s: 0.0,
         digest: [0; 32],
     };
-    hand_written_group(tmp.path(), 2, &[row]);
+    hand_written_group(tmp.path(), 3, &[row]);
     let e = read_run(tmp.path()).unwrap_err().to_string();
     assert!(
         e.contains("group-0.h5")
@@ -310,6 +291,34 @@ struct V1Row {
     data_wait_s: f64,
 }
 
+/// A trial row of schemas 1 and 2.
+#[derive(hdf5::H5Type, Clone, Copy)]
+#[repr(C)]
+struct V1Trial {
+    model_id: u64,
+    father: i64,
+    group: u32,
+    round: u32,
+    batch_size: u32,
+    kernel_size: u32,
+    epochs: u32,
+    best_accuracy: f64,
+    reported_accuracy: f64,
+    start_s: f64,
+    end_s: f64,
+    status: TrialStatus,
+}
+
+/// A TPE row of schemas 1 and 2.
+#[derive(hdf5::H5Type, Clone, Copy)]
+#[repr(C)]
+struct V1Tpe {
+    time_s: f64,
+    batch_size: u32,
+    kernel_size: u32,
+    loss: f64,
+}
+
 #[test]
 fn schema_1_records_are_scored_but_reported_as_unverifiable() {
     let _serial = serial();
@@ -321,9 +330,27 @@ fn schema_1_records_are_scored_but_reported_as_unverifiable() {
         .unwrap()
         .write_scalar(&1u32)
         .unwrap();
-    for name in ["dataset_identity", "search", "group_digests", "run_digest"] {
+    for name in [
+        "dataset_identity",
+        "search",
+        "group_digests",
+        "primary_digests",
+        "run_digest",
+    ] {
         f.delete_attr(name).unwrap();
     }
+    // Schema 1's trials and TPE rows: no digests.
+    for name in ["trials", "tpe"] {
+        f.unlink(name).unwrap();
+    }
+    f.new_dataset_builder()
+        .with_data(&[] as &[V1Trial])
+        .create("trials")
+        .unwrap();
+    f.new_dataset_builder()
+        .with_data(&[] as &[V1Tpe])
+        .create("tpe")
+        .unwrap();
     drop(f);
     let row = |t: f64, ops: u64, acc: f64| V1Row {
         time_s: T0 + t,
@@ -352,7 +379,7 @@ fn schema_1_records_are_scored_but_reported_as_unverifiable() {
     assert_eq!(s.integrity.records, "unverifiable");
     assert_eq!(s.verdict.status, Status::Invalid);
     let why = s.verdict.reasons.join("\n");
-    assert!(why.contains("schema 1 records carry no digests"), "{why}");
+    assert!(why.contains("schema 1 records are not sealed"), "{why}");
     let text = aiperf_records::report::text(&s);
     assert!(text.contains("unverifiable (schema 1"), "{text}");
 }
@@ -387,7 +414,8 @@ fn edge_cases_of_the_score() {
         "{:?}",
         s.warnings
     );
-    assert_eq!(s.timeline[1].error, 0.0);
+    // The error shown is the floored one the regulated score uses (issue 22).
+    assert_eq!(s.timeline[1].error, 1e-9);
     assert!(
         (s.regulated - 1.0 * -(1e-9f64).ln()).abs() < 1e-9,
         "{}",

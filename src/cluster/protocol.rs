@@ -274,8 +274,12 @@ mod tests {
                 group: 3,
                 chain: aiperf_records::digest::GroupChain {
                     group: 3,
-                    epochs: 7,
-                    digest: "ab".repeat(32),
+                    ranks: 2,
+                    chains: vec![aiperf_records::digest::ChainEnd {
+                        dataset: "epochs".into(),
+                        rows: 7,
+                        digest: "ab".repeat(32),
+                    }],
                 },
             },
         ]

@@ -169,7 +169,7 @@ fn log_run_digest(
     log::info!(
         "run digest {hex} ({} group chain(s), {} epoch rows): check the records later with `aiperf score {} --digest {hex}`",
         chains.len(),
-        chains.iter().map(|c| c.epochs).sum::<u64>(),
+        chains.iter().map(|c| c.epochs()).sum::<u64>(),
         results.display(),
     );
 }

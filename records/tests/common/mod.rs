@@ -58,7 +58,7 @@ pub fn meta(groups: u32) -> RunMeta {
 
 /// The recorded configuration keys the rules read, of a small run (`make run`'s preset with
 /// the official grid step).
-pub const SMALL_CONFIG: &str = r#"{"trainer":"real","preset":{"name":"fashion-mnist","start":"resnet8","epochs":8,"kernel_sizes":[3,5,7],"score_interval_s":360.0,"train":{"precision":"fp32","train_images":20000,"val_images":10000}}}"#;
+pub const SMALL_CONFIG: &str = r#"{"trainer":"real","preset":{"name":"fashion-mnist","start":"resnet8","duration_s":1000.0,"epochs":8,"kernel_sizes":[3,5,7],"score_interval_s":360.0,"train":{"precision":"fp32","train_images":20000,"val_images":10000}}}"#;
 /// A Fashion-MNIST pack's identity, as `aiperf run` records it.
 pub const FASHION_MNIST: &str = r#"{"name":"fashion-mnist","train_images":60000,"val_images":10000,"classes":10,"stored":[1,28,28],"input":[28,28,1],"subset":false,"crc32":[1,2]}"#;
 /// ImageNet's identity, whole.
@@ -66,7 +66,7 @@ pub const IMAGENET: &str = r#"{"name":"imagenet","train_images":1281167,"val_ima
 /// The search record of this build with the official 60-epoch budget.
 pub const OFFICIAL_SEARCH: &str = r#"{"architecture_search":{"name":"network-morphism-bo","version":2},"hpo":{"name":"tpe","version":1},"warmup_epochs":[15,30,45],"patience":[8,10,12,14,16,18,20,20],"tpe_from_round":4}"#;
 /// The recorded configuration keys the rules read, official (`aiperf run --config imagenet`).
-pub const OFFICIAL_CONFIG: &str = r#"{"trainer":"real","preset":{"name":"imagenet","start":"resnet50","epochs":60,"kernel_sizes":[3,5,7],"score_interval_s":360.0,"train":{"precision":"bf16","train_images":null,"val_images":null}}}"#;
+pub const OFFICIAL_CONFIG: &str = r#"{"trainer":"real","preset":{"name":"imagenet","start":"resnet50","duration_s":3700.0,"epochs":60,"kernel_sizes":[3,5,7],"score_interval_s":360.0,"train":{"precision":"bf16","train_images":null,"val_images":null}}}"#;
 
 /// An official run's attributes (ImageNet, ResNet-50, bf16, real trainer).
 pub fn official_meta(groups: u32) -> RunMeta {
@@ -119,6 +119,7 @@ pub fn trial() -> TrialRow {
         start_s: T0,
         end_s: T0 + 720.0,
         status: TrialStatus::Finished,
+        digest: [0; 32],
     }
 }
 
@@ -132,6 +133,7 @@ pub fn write_run(dir: &Path, end: Option<f64>) {
         batch_size: 32,
         kernel_size: 3,
         loss: 0.4,
+        digest: [0; 32],
     })
     .unwrap();
     let g0 = GroupWriter::create(dir, 0, 2).unwrap();
@@ -166,4 +168,72 @@ pub fn write_run(dir: &Path, end: Option<f64>) {
 /// Equal within a relative 1e-9.
 pub fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+}
+
+/// The official run's per-accelerator batch size and ranks per group.
+pub const BATCH: u32 = 32;
+/// Ranks per group of [`official_run`].
+pub const RANKS: u32 = 2;
+
+/// An official one-group run of a ResNet-50 trial of `epochs` epochs that is consistent in
+/// every respect rules-4 checks: ImageNet's whole splits in global batches of 32 × 2, true
+/// op counts, evenly spaced epochs ending at the deadline (t0 + 3700 s), a trial row that
+/// agrees, real devices, sealed at a clean stop. Returns the run digest.
+pub fn official_run(dir: &Path, epochs: u32) -> aiperf_records::digest::Digest {
+    let p = PrimaryWriter::create(dir, &official_meta(1)).unwrap();
+    let r50 = aiperf_ir::arch::resnet50(aiperf_ir::arch::Shape::new(3, 224, 224), 1000);
+    p.append_architecture(0, &r50.to_json()).unwrap();
+    let count = aiperf_ir::ops::OpCount::of(&r50).unwrap();
+    let g = GroupWriter::create(dir, 0, RANKS).unwrap();
+    let global = u64::from(BATCH * RANKS);
+    let every = 3700.0 / f64::from(epochs);
+    for k in 1..=epochs {
+        let mut e = epoch(every * f64::from(k), 0, 0, 0.70 + 0.01 * f64::from(k));
+        e.epoch = k;
+        e.steps = 1_281_167 / global;
+        e.train_images = e.steps * global;
+        e.val_images = 50_000;
+        e.train_ops = u64::try_from(count.train_epoch(e.train_images, e.steps)).unwrap();
+        e.val_ops = u64::try_from(count.eval_epoch(e.val_images)).unwrap();
+        g.append_epoch(&e).unwrap();
+    }
+    p.append_trial(&TrialRow {
+        epochs,
+        best_accuracy: 0.70 + 0.01 * f64::from(epochs),
+        reported_accuracy: 0.70 + 0.01 * f64::from(epochs),
+        end_s: T0 + 3700.0,
+        status: TrialStatus::Stopped,
+        ..trial()
+    })
+    .unwrap();
+    p.append_tpe(&TpeRow {
+        time_s: T0 + 3700.0,
+        batch_size: BATCH,
+        kernel_size: 3,
+        loss: 0.27,
+        digest: [0; 32],
+    })
+    .unwrap();
+    g.append_monitor(&MonitorRow {
+        time_s: T0 + 30.0,
+        accel_util: f64::NAN,
+        accel_mem_bytes: f64::NAN,
+        cpu_util: 0.9,
+        host_mem_bytes: 1e9,
+    })
+    .unwrap();
+    g.append_trace(&[aiperf_records::schema::TraceRow {
+        rank: 0,
+        model_id: 0,
+        epoch: 1,
+        step: 0,
+        kind: 1,
+        bucket: 0,
+        start_s: T0 + 40.0,
+        end_s: T0 + 41.0,
+    }])
+    .unwrap();
+    let chain = g.chain();
+    drop(g);
+    p.finish(T0 + 3700.0, &[chain]).unwrap()
 }

@@ -439,6 +439,7 @@ impl<S: RecordSink> Primary<S> {
             batch_size: o.hparams.batch_size,
             kernel_size: o.hparams.kernel_size,
             loss,
+            digest: [0; 32],
         })?;
         self.sink.trial(&TrialRow {
             model_id,
@@ -457,6 +458,7 @@ impl<S: RecordSink> Primary<S> {
                 (false, true) => TrialStatus::Stopped,
                 (false, false) => TrialStatus::Finished,
             },
+            digest: [0; 32],
         })?;
         self.done.insert(model_id, o.hparams);
         if o.epochs > 0 {

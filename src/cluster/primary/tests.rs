@@ -297,8 +297,12 @@ fn bye(group: u32, epochs: u64) -> ToPrimary {
         group,
         chain: aiperf_records::digest::GroupChain {
             group,
-            epochs,
-            digest: format!("{epochs:064x}"),
+            ranks: 1,
+            chains: vec![aiperf_records::digest::ChainEnd {
+                dataset: "epochs".into(),
+                rows: epochs,
+                digest: format!("{epochs:064x}"),
+            }],
         },
     }
 }

@@ -1,0 +1,315 @@
+//! Schema 3's seal, tested by enumeration (issue 22): for every attribute, dataset and
+//! field of the schema, an edit followed by a complete, correct reseal of every chain — what
+//! a forger who read `results/README.md` can do — leaves records that verify as intact but
+//! whose run digest is not the one the job logged, so `--digest` catches it. The lists come
+//! from the schema's own tables and the row types' HDF5 descriptors, so a field added later
+//! is enumerated too.
+
+mod common;
+
+use std::path::Path;
+
+use aiperf_records::digest::{self, ChainEnd, Digest, GroupChain};
+use aiperf_records::schema::{
+    attr, AttrKind, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, Written, GROUP_ATTRS,
+    PRIMARY_ATTRS, PRIMARY_DATASETS, GROUP_DATASETS, PRIMARY_FILE,
+};
+use aiperf_records::{integrity, read_run};
+use common::{official_run, serial};
+use hdf5::types::{TypeDescriptor, VarLenUnicode};
+use hdf5::H5Type;
+
+fn text_attr(f: &hdf5::File, name: &str) -> Option<String> {
+    let a = f.attr(name).ok()?;
+    let t: VarLenUnicode = a.read_scalar().unwrap();
+    Some(t.as_str().to_owned())
+}
+
+fn write_text(f: &hdf5::File, name: &str, value: &str) {
+    if f.attr(name).is_ok() {
+        f.delete_attr(name).unwrap();
+    }
+    let v: VarLenUnicode = value.parse().unwrap();
+    f.new_attr::<VarLenUnicode>()
+        .create(name)
+        .unwrap()
+        .write_scalar(&v)
+        .unwrap();
+}
+
+fn rewrite<T: H5Type>(f: &hdf5::File, name: &str, rows: &[T]) {
+    let ds = f.dataset(name).unwrap();
+    ds.resize(rows.len()).unwrap();
+    ds.write_raw(rows).unwrap();
+}
+
+/// Re-seals one dataset whose rows carry digests; returns its chain end.
+fn reseal_carried<T: digest::Carried>(f: &hdf5::File, file: &str, name: &str) -> ChainEnd {
+    let mut rows: Vec<T> = f.dataset(name).unwrap().read_raw().unwrap();
+    let last = digest::seal(digest::chain_seed(file, name), &mut rows);
+    rewrite(f, name, &rows);
+    ChainEnd::new(name, rows.len() as u64, &last)
+}
+
+fn end_of<T: H5Type>(f: &hdf5::File, file: &str, name: &str) -> ChainEnd {
+    let rows: Vec<T> = f.dataset(name).unwrap().read_raw().unwrap();
+    ChainEnd::new(name, rows.len() as u64, &digest::chain(digest::chain_seed(file, name), &rows))
+}
+
+/// What a forger does after an edit, from the documentation alone: every carried digest
+/// recomputed, every chain end and group's ranks re-recorded, and the run digest recomputed
+/// over the attributes as they now stand.
+fn reseal(dir: &Path, groups: u32) {
+    let mut chains = Vec::new();
+    for g in 0..groups {
+        let file = format!("group-{g}.h5");
+        let f = hdf5::File::open_rw(dir.join(&file)).unwrap();
+        let ranks: u32 = f.attr(attr::ACCELERATORS).unwrap().read_scalar().unwrap();
+        chains.push(GroupChain {
+            group: g,
+            ranks,
+            chains: vec![
+                reseal_carried::<EpochRow>(&f, &file, "epochs"),
+                end_of::<MonitorRow>(&f, &file, "monitor"),
+                end_of::<TraceRow>(&f, &file, "trace"),
+            ],
+        });
+    }
+    let f = hdf5::File::open_rw(dir.join(PRIMARY_FILE)).unwrap();
+    let ids: Vec<u64> = f.dataset("architecture_ids").unwrap().read_raw().unwrap();
+    let json: Vec<VarLenUnicode> = f.dataset("architectures").unwrap().read_raw().unwrap();
+    let archs: Vec<(u64, String)> = ids
+        .into_iter()
+        .zip(json.iter().map(|j| j.as_str().to_owned()))
+        .collect();
+    let seed = digest::chain_seed(PRIMARY_FILE, "architectures");
+    let own = vec![
+        reseal_carried::<TrialRow>(&f, PRIMARY_FILE, "trials"),
+        ChainEnd::new("architectures", archs.len() as u64, &digest::architecture_chain(seed, &archs)),
+        reseal_carried::<TpeRow>(&f, PRIMARY_FILE, "tpe"),
+    ];
+    write_text(&f, attr::GROUP_DIGESTS, &serde_json::to_string(&chains).unwrap());
+    write_text(&f, attr::PRIMARY_DIGESTS, &serde_json::to_string(&own).unwrap());
+    let attrs: Vec<_> = PRIMARY_ATTRS
+        .iter()
+        .map(|s| {
+            use aiperf_records::schema::AttrValue;
+            let v = f.attr(s.name).ok().map(|a| match s.kind {
+                AttrKind::U32 => AttrValue::U32(a.read_scalar().unwrap()),
+                AttrKind::U64 => AttrValue::U64(a.read_scalar().unwrap()),
+                AttrKind::F64 => AttrValue::F64(a.read_scalar().unwrap()),
+                AttrKind::Text => AttrValue::Text(text_attr(&f, s.name).unwrap()),
+            });
+            (s.name, v)
+        })
+        .collect();
+    write_text(&f, attr::RUN_DIGEST, &digest::hex(&digest::run_digest(&attrs)));
+}
+
+/// The integrity verdict with the job log's digest `logged`.
+fn verdict(dir: &Path, logged: &Digest) -> integrity::Integrity {
+    integrity::check(&read_run(dir).unwrap(), Some(logged))
+}
+
+/// A fresh official run with a row in every dataset; returns its logged digest.
+fn fixture(dir: &Path) -> Digest {
+    official_run(dir, 3)
+}
+
+/// Asserts that the edited records are refused by the reader (a value that contradicts
+/// another), or else that the reseal was complete (the records verify) and `--digest` fails.
+fn assert_caught(dir: &Path, logged: &Digest, what: &str) {
+    let Ok(run) = read_run(dir) else {
+        return;
+    };
+    let v = integrity::check(&run, Some(logged));
+    assert_eq!(v.digest_matches, Some(false), "{what}: {v:?}");
+    let others: Vec<&String> = v
+        .problems
+        .iter()
+        .filter(|p| !p.contains("--digest"))
+        .collect();
+    assert!(others.is_empty(), "{what}: the reseal was incomplete: {others:?}");
+}
+
+#[test]
+fn the_fixture_verifies_and_matches_its_digest_and_has_a_row_in_every_dataset() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let logged = fixture(tmp.path());
+    let v = verdict(tmp.path(), &logged);
+    assert_eq!((v.records, v.digest_matches), ("intact", Some(true)), "{v:?}");
+    // A reseal without an edit changes nothing: the test's forger is correct.
+    reseal(tmp.path(), 1);
+    let v = verdict(tmp.path(), &logged);
+    assert_eq!((v.records, v.digest_matches), ("intact", Some(true)), "{v:?}");
+    let run = read_run(tmp.path()).unwrap();
+    assert!(!run.trials.is_empty() && !run.tpe.is_empty() && !run.architecture_rows.is_empty());
+    let g = &run.groups[0];
+    assert!(!g.epochs.is_empty() && !g.monitor.is_empty() && !g.trace.is_empty());
+}
+
+#[test]
+fn every_sealed_attribute_edited_and_resealed_is_caught_by_the_digest() {
+    let _serial = serial();
+    let derived = [attr::GROUP_DIGESTS, attr::PRIMARY_DIGESTS];
+    for spec in PRIMARY_ATTRS.iter().filter(|s| !derived.contains(&s.name)) {
+        let tmp = tempfile::tempdir().unwrap();
+        let logged = fixture(tmp.path());
+        {
+            let f = hdf5::File::open_rw(tmp.path().join(PRIMARY_FILE)).unwrap();
+            let present = f.attr(spec.name).is_ok();
+            assert_eq!(
+                present,
+                spec.written != Written::OnResume,
+                "{}: the fixture holds every attribute a clean run writes",
+                spec.name
+            );
+            match spec.kind {
+                AttrKind::Text => {
+                    let old = text_attr(&f, spec.name).unwrap_or_else(|| "[]".into());
+                    write_text(&f, spec.name, &format!("{old} "));
+                }
+                AttrKind::U32 => {
+                    let v: u32 = f.attr(spec.name).unwrap().read_scalar().unwrap();
+                    f.attr(spec.name).unwrap().write_scalar(&(v + 1)).unwrap();
+                }
+                AttrKind::U64 => {
+                    let v: u64 = f.attr(spec.name).unwrap().read_scalar().unwrap();
+                    f.attr(spec.name).unwrap().write_scalar(&(v + 1)).unwrap();
+                }
+                AttrKind::F64 => {
+                    let v: f64 = f.attr(spec.name).unwrap().read_scalar().unwrap();
+                    f.attr(spec.name).unwrap().write_scalar(&(v + 1.0)).unwrap();
+                }
+            }
+        }
+        if spec.name != attr::SCHEMA_VERSION {
+            reseal(tmp.path(), 1);
+            assert_caught(tmp.path(), &logged, spec.name);
+        } else {
+            // A schema the reader does not know is refused outright.
+            assert!(read_run(tmp.path()).is_err());
+        }
+    }
+}
+
+/// Flips the lowest bit of member `field` of row 0 of `T` rows in `dataset`.
+fn flip<T: H5Type + Copy>(f: &hdf5::File, dataset: &str, field: &hdf5::types::CompoundField) {
+    let mut rows: Vec<T> = f.dataset(dataset).unwrap().read_raw().unwrap();
+    let offset = field.offset;
+    // SAFETY: `offset` is a member of `T` per its own descriptor; every member is a number
+    // whose bits may take any value but the enum, whose values 0 and 1 both exist.
+    unsafe {
+        let p = (&mut rows[0] as *mut T).cast::<u8>().add(offset);
+        *p ^= 1;
+    }
+    rewrite(f, dataset, &rows);
+}
+
+fn fields<T: H5Type>() -> Vec<hdf5::types::CompoundField> {
+    match T::type_descriptor() {
+        TypeDescriptor::Compound(c) => c.fields.into_iter().filter(|f| f.name != "digest").collect(),
+        other => panic!("{other} is not a compound"),
+    }
+}
+
+/// Every member of every row type in `file`, edited in a fresh fixture and resealed.
+fn each_member<T: H5Type + Copy>(file: &str, dataset: &str) -> usize {
+    let members = fields::<T>();
+    for field in &members {
+        let tmp = tempfile::tempdir().unwrap();
+        let logged = fixture(tmp.path());
+        {
+            let f = hdf5::File::open_rw(tmp.path().join(file)).unwrap();
+            flip::<T>(&f, dataset, field);
+        }
+        reseal(tmp.path(), 1);
+        assert_caught(tmp.path(), &logged, &format!("{file} {dataset}.{}", field.name));
+    }
+    members.len()
+}
+
+#[test]
+fn every_field_of_every_dataset_edited_and_resealed_is_caught_by_the_digest() {
+    let _serial = serial();
+    let mut covered = Vec::new();
+    for &d in PRIMARY_DATASETS.iter().chain(GROUP_DATASETS) {
+        let n = match d {
+            "trials" => each_member::<TrialRow>(PRIMARY_FILE, d),
+            "tpe" => each_member::<TpeRow>(PRIMARY_FILE, d),
+            "epochs" => each_member::<EpochRow>("group-0.h5", d),
+            "monitor" => each_member::<MonitorRow>("group-0.h5", d),
+            "trace" => each_member::<TraceRow>("group-0.h5", d),
+            "architectures" => {
+                for edit in 0..2 {
+                    let tmp = tempfile::tempdir().unwrap();
+                    let logged = fixture(tmp.path());
+                    {
+                        let f = hdf5::File::open_rw(tmp.path().join(PRIMARY_FILE)).unwrap();
+                        if edit == 0 {
+                            let mut ids: Vec<u64> =
+                                f.dataset("architecture_ids").unwrap().read_raw().unwrap();
+                            ids[0] += 7;
+                            rewrite(&f, "architecture_ids", &ids);
+                        } else {
+                            let json: Vec<VarLenUnicode> =
+                                f.dataset("architectures").unwrap().read_raw().unwrap();
+                            let edited: Vec<VarLenUnicode> = json
+                                .iter()
+                                .map(|j| format!("{} ", j.as_str()).parse().unwrap())
+                                .collect();
+                            rewrite(&f, "architectures", &edited);
+                        }
+                    }
+                    reseal(tmp.path(), 1);
+                    assert_caught(tmp.path(), &logged, &format!("architectures edit {edit}"));
+                }
+                2
+            }
+            other => panic!("dataset {other} of the schema has no case in this test: add one"),
+        };
+        assert!(n > 0);
+        covered.push(d);
+    }
+    assert_eq!(covered.len(), PRIMARY_DATASETS.len() + GROUP_DATASETS.len());
+}
+
+#[test]
+fn every_group_attribute_edited_and_resealed_is_caught_or_refused() {
+    let _serial = serial();
+    for spec in GROUP_ATTRS {
+        let tmp = tempfile::tempdir().unwrap();
+        let logged = fixture(tmp.path());
+        {
+            let f = hdf5::File::open_rw(tmp.path().join("group-0.h5")).unwrap();
+            let v: u32 = f.attr(spec.name).unwrap().read_scalar().unwrap();
+            f.attr(spec.name).unwrap().write_scalar(&(v ^ 1)).unwrap();
+        }
+        if spec.name == attr::ACCELERATORS {
+            reseal(tmp.path(), 1);
+            assert_caught(tmp.path(), &logged, spec.name);
+        } else {
+            // A schema version or group number that is not the file's own is refused.
+            let e = read_run(tmp.path()).unwrap_err().to_string();
+            assert!(e.contains("group-0.h5") && e.contains(spec.name), "{e}");
+        }
+    }
+}
+
+#[test]
+fn an_attribute_outside_the_schema_is_altered_records_naming_it() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let logged = fixture(tmp.path());
+    {
+        let f = hdf5::File::open_rw(tmp.path().join("group-0.h5")).unwrap();
+        write_text(&f, "note", "forged");
+    }
+    let v = verdict(tmp.path(), &logged);
+    assert_eq!(v.records, "altered");
+    assert!(
+        v.problems.iter().any(|p| p.contains("group-0.h5") && p.contains("\"note\"")),
+        "{v:?}"
+    );
+}
