@@ -110,7 +110,7 @@ fn check_records(dir: &Path, ranks_per_group: u64) -> (usize, usize) {
         .expect("a clean stop records the chains");
     assert_eq!(chains.len(), run.groups.len());
     for (c, g) in chains.iter().zip(&run.groups) {
-        assert_eq!((c.group, c.epochs), (g.group, g.epochs.len() as u64));
+        assert_eq!((c.group, c.epochs()), (g.group, g.epochs.len() as u64));
     }
     (run.groups.len(), epochs)
 }

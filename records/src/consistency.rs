@@ -43,8 +43,7 @@ impl Found {
 
     fn finish(mut self, what: &str) -> Vec<String> {
         if self.more > 0 {
-            self.lines
-                .push(format!("and {} more {what}", self.more));
+            self.lines.push(format!("and {} more {what}", self.more));
         }
         self.lines
     }
@@ -96,12 +95,7 @@ pub fn check(run: &Run) -> Vec<String> {
 
 /// Each recorded architecture against the dataset's input and classes and the start
 /// architecture; problems pushed to `out`.
-fn architectures(
-    run: &Run,
-    s: &Setting,
-    d: &DatasetIdentity,
-    out: &mut Vec<String>,
-) {
+fn architectures(run: &Run, s: &Setting, d: &DatasetIdentity, out: &mut Vec<String>) {
     let [h, w, c] = d.input;
     let input = Shape::new(c, h, w);
     let start_name = s.config.pointer("/preset/start").and_then(Value::as_str);
@@ -131,7 +125,9 @@ fn architectures(
                 d.classes
             ));
         }
-        start_seen |= start.as_ref().is_some_and(|g| g.to_json() == graph.to_json());
+        start_seen |= start
+            .as_ref()
+            .is_some_and(|g| g.to_json() == graph.to_json());
         let Ok(count) = OpCount::of(&graph) else {
             continue;
         };
@@ -166,7 +162,9 @@ fn accelerators(run: &Run, s: &Setting) -> Vec<String> {
         ));
     }
     let trainers: Vec<&String> = i.devices.iter().filter(|d| *d != "primary").collect();
-    if trainers.len() != i.accelerators as usize || i.devices.first().map(String::as_str) != Some("primary") {
+    if trainers.len() != i.accelerators as usize
+        || i.devices.first().map(String::as_str) != Some("primary")
+    {
         out.push(format!(
             "primary.h5 accelerators is {}, but devices lists {} training devices after the primary: {:?}",
             i.accelerators,
@@ -215,15 +213,31 @@ fn epochs(
     trials: &BTreeMap<(u32, u64), (usize, &TrialRow)>,
 ) -> Vec<String> {
     let real = s.trainer() == Some("real");
-    let fp16 = s.config.pointer("/preset/train/precision").and_then(Value::as_str) == Some("fp16");
+    let fp16 = s
+        .config
+        .pointer("/preset/train/precision")
+        .and_then(Value::as_str)
+        == Some("fp16");
     let n_train = s.images("train_images", d.train_images);
     let n_val = s.images("val_images", d.val_images);
     let mut found = Found::default();
     for g in &run.groups {
         for (row, e) in g.epochs.iter().enumerate() {
-            let at = || format!("{} epochs row {row} (model {}, epoch {})", group_file(g.group), e.model_id, e.epoch);
+            let at = || {
+                format!(
+                    "{} epochs row {row} (model {}, epoch {})",
+                    group_file(g.group),
+                    e.model_id,
+                    e.epoch
+                )
+            };
             let Some((_, t)) = trials.get(&(g.group, e.model_id)) else {
-                found.push(format!("{}: no trial row of group {} trained model {}", at(), g.group, e.model_id));
+                found.push(format!(
+                    "{}: no trial row of group {} trained model {}",
+                    at(),
+                    g.group,
+                    e.model_id
+                ));
                 continue;
             };
             let global = u64::from(t.batch_size) * u64::from(g.ranks);
@@ -232,7 +246,11 @@ fn epochs(
                 continue;
             }
             let (images, steps) = expected_train(real, n_train, global);
-            let steps_ok = if real && fp16 { e.steps <= steps } else { e.steps == steps };
+            let steps_ok = if real && fp16 {
+                e.steps <= steps
+            } else {
+                e.steps == steps
+            };
             if e.train_images != images || !steps_ok || e.val_images != n_val {
                 found.push(format!(
                     "{}: {} training images in {} steps and {} validation images, but {n_train} images per epoch in global batches of {} (batch size {} × {} ranks) make {images} in {steps} steps, and the validation split gives {n_val}",
@@ -259,9 +277,15 @@ fn trials_agree(run: &Run, trials: &BTreeMap<(u32, u64), (usize, &TrialRow)>) ->
         };
         let rows = rows_of(g, model);
         let at = format!("primary.h5 trials row {i} (group {group}, model {model})");
-        let numbered = rows.iter().enumerate().all(|(k, e)| e.epoch as usize == k + 1);
+        let numbered = rows
+            .iter()
+            .enumerate()
+            .all(|(k, e)| e.epoch as usize == k + 1);
         let same_trial = rows.iter().all(|e| e.trial == u64::from(t.round));
-        let best = rows.iter().map(|e| e.val_accuracy).fold(f64::NEG_INFINITY, f64::max);
+        let best = rows
+            .iter()
+            .map(|e| e.val_accuracy)
+            .fold(f64::NEG_INFINITY, f64::max);
         if rows.len() != t.epochs as usize || !numbered || !same_trial {
             found.push(format!(
                 "{at}: {} epochs of round {}, but {} holds {} rows of that model{}",
@@ -269,7 +293,11 @@ fn trials_agree(run: &Run, trials: &BTreeMap<(u32, u64), (usize, &TrialRow)>) ->
                 t.round,
                 group_file(group),
                 rows.len(),
-                if numbered && same_trial { "" } else { " not numbered 1, 2, … in that round" }
+                if numbered && same_trial {
+                    ""
+                } else {
+                    " not numbered 1, 2, … in that round"
+                }
             ));
         } else if !rows.is_empty() && best != t.best_accuracy {
             found.push(format!(

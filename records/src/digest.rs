@@ -155,8 +155,9 @@ pub fn chain<T: H5Type>(seed: Digest, rows: &[T]) -> Digest {
 
 /// The last digest of the architectures chain from `seed`.
 pub fn architecture_chain(seed: Digest, rows: &[(u64, String)]) -> Digest {
-    rows.iter()
-        .fold(seed, |prev, (id, json)| architecture_digest(&prev, *id, json))
+    rows.iter().fold(seed, |prev, (id, json)| {
+        architecture_digest(&prev, *id, json)
+    })
 }
 
 /// The end of one dataset's chain, as `primary.h5` records it at a clean stop.

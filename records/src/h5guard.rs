@@ -232,7 +232,8 @@ impl Walk<'_> {
             if m.flags & 2 != 0 {
                 // Not aiperf's form: listed, so that nothing unchecked passes as sealed.
                 if depth == 0 {
-                    self.root_attributes.push("<a shared attribute message>".into());
+                    self.root_attributes
+                        .push("<a shared attribute message>".into());
                 }
                 continue;
             }

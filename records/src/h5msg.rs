@@ -336,11 +336,10 @@ pub(crate) fn attribute(
             "the attribute name at byte {name} does not match its length"
         ));
     }
-    let text = b
-        .0
-        .get(name..name + names.saturating_sub(1))
-        .map(|t| String::from_utf8_lossy(t).into_owned())
-        .unwrap_or_default();
+    let text =
+        b.0.get(name..name + names.saturating_sub(1))
+            .map(|t| String::from_utf8_lossy(t).into_owned())
+            .unwrap_or_default();
     let ty = advance(name, pad(names), end, "attribute")?;
     let space = advance(ty, pad(types), end, "attribute")?;
     let data = advance(space, pad(spaces), end, "attribute")?;

@@ -330,7 +330,13 @@ fn read_info(p: &Source) -> Result<RunInfo, RecordError> {
         .iter()
         .map(|s| Ok((s.name, p.attr_value(s)?)))
         .collect::<Result<Vec<_>, RecordError>>()?;
-    let unsealed = unsealed(p, PRIMARY_ATTRS.iter().map(|s| s.name).chain([attr::RUN_DIGEST]))?;
+    let unsealed = unsealed(
+        p,
+        PRIMARY_ATTRS
+            .iter()
+            .map(|s| s.name)
+            .chain([attr::RUN_DIGEST]),
+    )?;
     let info = RunInfo {
         program_version: p.text(attr::PROGRAM_VERSION)?,
         rules_version: p.text(attr::RULES_VERSION)?,

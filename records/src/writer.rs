@@ -339,9 +339,17 @@ fn reopened_chains(
     let seed = |name| digest::chain_seed(PRIMARY_FILE, name);
     let arch_last = digest::architecture_chain(seed("architectures"), &archs);
     Ok([
-        Chain::at("trials", digest::last_carried(seed("trials"), &trials), trials.len() as u64),
+        Chain::at(
+            "trials",
+            digest::last_carried(seed("trials"), &trials),
+            trials.len() as u64,
+        ),
         Chain::at("architectures", arch_last, archs.len() as u64),
-        Chain::at("tpe", digest::last_carried(seed("tpe"), &tpe), tpe.len() as u64),
+        Chain::at(
+            "tpe",
+            digest::last_carried(seed("tpe"), &tpe),
+            tpe.len() as u64,
+        ),
     ])
 }
 
@@ -372,8 +380,8 @@ impl GroupWriter {
         let trace = table::<TraceRow>(&file, &path, "trace")?;
         file.flush().map_err(h5(&path))?;
         let name = group_file(group);
-        let chains = ["epochs", "monitor", "trace"]
-            .map(|n| Chain::at(n, digest::chain_seed(&name, n), 0));
+        let chains =
+            ["epochs", "monitor", "trace"].map(|n| Chain::at(n, digest::chain_seed(&name, n), 0));
         Ok(GroupWriter {
             path,
             file,
@@ -400,7 +408,11 @@ impl GroupWriter {
         let name = group_file(group);
         let rows: Vec<EpochRow> = epochs.read_raw().map_err(h5(&path))?;
         let seed = digest::chain_seed(&name, "epochs");
-        let epochs_chain = Chain::at("epochs", digest::last_carried(seed, &rows), rows.len() as u64);
+        let epochs_chain = Chain::at(
+            "epochs",
+            digest::last_carried(seed, &rows),
+            rows.len() as u64,
+        );
         let monitor_rows: Vec<MonitorRow> = monitor.read_raw().map_err(h5(&path))?;
         let trace_rows: Vec<TraceRow> = trace.read_raw().map_err(h5(&path))?;
         let chains = [

@@ -175,8 +175,8 @@ fn a_valid_official_run() {
     assert_eq!(s.verdict.status, Status::Valid, "{:?}", s.verdict.reasons);
     assert_eq!(s.timeline.len(), 11); // 10 grid points below 3700 s, then the end
     assert!(s.timeline[2].ops == 0 && s.timeline[3].ops > 0); // 1080 s, then 1440 s
-    // One changed count, and the recount names the row (issue 12: it raised the score 440×
-    // with every check passing).
+                                                              // One changed count, and the recount names the row (issue 12: it raised the score 440×
+                                                              // with every check passing).
     let f = hdf5::File::open_rw(tmp.path().join("group-0.h5")).unwrap();
     let ds = f.dataset("epochs").unwrap();
     let mut rows: Vec<EpochRow> = ds.read_raw().unwrap();

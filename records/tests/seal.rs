@@ -9,102 +9,16 @@ mod common;
 
 use std::path::Path;
 
-use aiperf_records::digest::{self, ChainEnd, Digest, GroupChain};
+use aiperf_records::digest::Digest;
 use aiperf_records::schema::{
     attr, AttrKind, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, Written, GROUP_ATTRS,
-    PRIMARY_ATTRS, PRIMARY_DATASETS, GROUP_DATASETS, PRIMARY_FILE,
+    GROUP_DATASETS, PRIMARY_ATTRS, PRIMARY_DATASETS, PRIMARY_FILE,
 };
 use aiperf_records::{integrity, read_run};
+use common::reseal::{reseal, rewrite, text_attr, write_text};
 use common::{official_run, serial};
 use hdf5::types::{TypeDescriptor, VarLenUnicode};
 use hdf5::H5Type;
-
-fn text_attr(f: &hdf5::File, name: &str) -> Option<String> {
-    let a = f.attr(name).ok()?;
-    let t: VarLenUnicode = a.read_scalar().unwrap();
-    Some(t.as_str().to_owned())
-}
-
-fn write_text(f: &hdf5::File, name: &str, value: &str) {
-    if f.attr(name).is_ok() {
-        f.delete_attr(name).unwrap();
-    }
-    let v: VarLenUnicode = value.parse().unwrap();
-    f.new_attr::<VarLenUnicode>()
-        .create(name)
-        .unwrap()
-        .write_scalar(&v)
-        .unwrap();
-}
-
-fn rewrite<T: H5Type>(f: &hdf5::File, name: &str, rows: &[T]) {
-    let ds = f.dataset(name).unwrap();
-    ds.resize(rows.len()).unwrap();
-    ds.write_raw(rows).unwrap();
-}
-
-/// Re-seals one dataset whose rows carry digests; returns its chain end.
-fn reseal_carried<T: digest::Carried>(f: &hdf5::File, file: &str, name: &str) -> ChainEnd {
-    let mut rows: Vec<T> = f.dataset(name).unwrap().read_raw().unwrap();
-    let last = digest::seal(digest::chain_seed(file, name), &mut rows);
-    rewrite(f, name, &rows);
-    ChainEnd::new(name, rows.len() as u64, &last)
-}
-
-fn end_of<T: H5Type>(f: &hdf5::File, file: &str, name: &str) -> ChainEnd {
-    let rows: Vec<T> = f.dataset(name).unwrap().read_raw().unwrap();
-    ChainEnd::new(name, rows.len() as u64, &digest::chain(digest::chain_seed(file, name), &rows))
-}
-
-/// What a forger does after an edit, from the documentation alone: every carried digest
-/// recomputed, every chain end and group's ranks re-recorded, and the run digest recomputed
-/// over the attributes as they now stand.
-fn reseal(dir: &Path, groups: u32) {
-    let mut chains = Vec::new();
-    for g in 0..groups {
-        let file = format!("group-{g}.h5");
-        let f = hdf5::File::open_rw(dir.join(&file)).unwrap();
-        let ranks: u32 = f.attr(attr::ACCELERATORS).unwrap().read_scalar().unwrap();
-        chains.push(GroupChain {
-            group: g,
-            ranks,
-            chains: vec![
-                reseal_carried::<EpochRow>(&f, &file, "epochs"),
-                end_of::<MonitorRow>(&f, &file, "monitor"),
-                end_of::<TraceRow>(&f, &file, "trace"),
-            ],
-        });
-    }
-    let f = hdf5::File::open_rw(dir.join(PRIMARY_FILE)).unwrap();
-    let ids: Vec<u64> = f.dataset("architecture_ids").unwrap().read_raw().unwrap();
-    let json: Vec<VarLenUnicode> = f.dataset("architectures").unwrap().read_raw().unwrap();
-    let archs: Vec<(u64, String)> = ids
-        .into_iter()
-        .zip(json.iter().map(|j| j.as_str().to_owned()))
-        .collect();
-    let seed = digest::chain_seed(PRIMARY_FILE, "architectures");
-    let own = vec![
-        reseal_carried::<TrialRow>(&f, PRIMARY_FILE, "trials"),
-        ChainEnd::new("architectures", archs.len() as u64, &digest::architecture_chain(seed, &archs)),
-        reseal_carried::<TpeRow>(&f, PRIMARY_FILE, "tpe"),
-    ];
-    write_text(&f, attr::GROUP_DIGESTS, &serde_json::to_string(&chains).unwrap());
-    write_text(&f, attr::PRIMARY_DIGESTS, &serde_json::to_string(&own).unwrap());
-    let attrs: Vec<_> = PRIMARY_ATTRS
-        .iter()
-        .map(|s| {
-            use aiperf_records::schema::AttrValue;
-            let v = f.attr(s.name).ok().map(|a| match s.kind {
-                AttrKind::U32 => AttrValue::U32(a.read_scalar().unwrap()),
-                AttrKind::U64 => AttrValue::U64(a.read_scalar().unwrap()),
-                AttrKind::F64 => AttrValue::F64(a.read_scalar().unwrap()),
-                AttrKind::Text => AttrValue::Text(text_attr(&f, s.name).unwrap()),
-            });
-            (s.name, v)
-        })
-        .collect();
-    write_text(&f, attr::RUN_DIGEST, &digest::hex(&digest::run_digest(&attrs)));
-}
 
 /// The integrity verdict with the job log's digest `logged`.
 fn verdict(dir: &Path, logged: &Digest) -> integrity::Integrity {
@@ -129,7 +43,10 @@ fn assert_caught(dir: &Path, logged: &Digest, what: &str) {
         .iter()
         .filter(|p| !p.contains("--digest"))
         .collect();
-    assert!(others.is_empty(), "{what}: the reseal was incomplete: {others:?}");
+    assert!(
+        others.is_empty(),
+        "{what}: the reseal was incomplete: {others:?}"
+    );
 }
 
 #[test]
@@ -138,11 +55,19 @@ fn the_fixture_verifies_and_matches_its_digest_and_has_a_row_in_every_dataset() 
     let tmp = tempfile::tempdir().unwrap();
     let logged = fixture(tmp.path());
     let v = verdict(tmp.path(), &logged);
-    assert_eq!((v.records, v.digest_matches), ("intact", Some(true)), "{v:?}");
+    assert_eq!(
+        (v.records, v.digest_matches),
+        ("intact", Some(true)),
+        "{v:?}"
+    );
     // A reseal without an edit changes nothing: the test's forger is correct.
     reseal(tmp.path(), 1);
     let v = verdict(tmp.path(), &logged);
-    assert_eq!((v.records, v.digest_matches), ("intact", Some(true)), "{v:?}");
+    assert_eq!(
+        (v.records, v.digest_matches),
+        ("intact", Some(true)),
+        "{v:?}"
+    );
     let run = read_run(tmp.path()).unwrap();
     assert!(!run.trials.is_empty() && !run.tpe.is_empty() && !run.architecture_rows.is_empty());
     let g = &run.groups[0];
@@ -209,7 +134,11 @@ fn flip<T: H5Type + Copy>(f: &hdf5::File, dataset: &str, field: &hdf5::types::Co
 
 fn fields<T: H5Type>() -> Vec<hdf5::types::CompoundField> {
     match T::type_descriptor() {
-        TypeDescriptor::Compound(c) => c.fields.into_iter().filter(|f| f.name != "digest").collect(),
+        TypeDescriptor::Compound(c) => c
+            .fields
+            .into_iter()
+            .filter(|f| f.name != "digest")
+            .collect(),
         other => panic!("{other} is not a compound"),
     }
 }
@@ -225,7 +154,11 @@ fn each_member<T: H5Type + Copy>(file: &str, dataset: &str) -> usize {
             flip::<T>(&f, dataset, field);
         }
         reseal(tmp.path(), 1);
-        assert_caught(tmp.path(), &logged, &format!("{file} {dataset}.{}", field.name));
+        assert_caught(
+            tmp.path(),
+            &logged,
+            &format!("{file} {dataset}.{}", field.name),
+        );
     }
     members.len()
 }
@@ -309,7 +242,9 @@ fn an_attribute_outside_the_schema_is_altered_records_naming_it() {
     let v = verdict(tmp.path(), &logged);
     assert_eq!(v.records, "altered");
     assert!(
-        v.problems.iter().any(|p| p.contains("group-0.h5") && p.contains("\"note\"")),
+        v.problems
+            .iter()
+            .any(|p| p.contains("group-0.h5") && p.contains("\"note\"")),
         "{v:?}"
     );
 }

@@ -60,7 +60,9 @@ fn end_is_deadline(run: &Run) -> Option<String> {
     let end = i.end_time_s?;
     let config: Value = serde_json::from_str(&i.config_json).unwrap_or(Value::Null);
     let Some(duration) = config.pointer("/preset/duration_s").and_then(Value::as_f64) else {
-        return Some("the recorded configuration has no preset.duration_s: the deadline is unknown".into());
+        return Some(
+            "the recorded configuration has no preset.duration_s: the deadline is unknown".into(),
+        );
     };
     let deadline = i.start_time_s + duration;
     ((end - deadline).abs() > END_TOLERANCE_S).then(|| {
@@ -125,7 +127,10 @@ fn throughput(resumes: &[(f64, f64)], g: &GroupRecords, found: &mut Found) {
         let seconds = up_time(resumes, a.time_s, b.time_s);
         if seconds > 0.0 {
             let images = (b.train_images + b.val_images) as f64;
-            by_model.entry(b.model_id).or_default().push((row + 1, images / seconds));
+            by_model
+                .entry(b.model_id)
+                .or_default()
+                .push((row + 1, images / seconds));
         }
     }
     for (model, rates) in by_model {

@@ -35,10 +35,22 @@ fn an_epoch_row_is_encoded_as_documented() {
     h.update(r.trial.to_le_bytes());
     h.update(r.model_id.to_le_bytes());
     h.update(r.epoch.to_le_bytes());
-    for v in [r.train_images, r.steps, r.val_images, r.train_ops, r.val_ops] {
+    for v in [
+        r.train_images,
+        r.steps,
+        r.val_images,
+        r.train_ops,
+        r.val_ops,
+    ] {
         h.update(v.to_le_bytes());
     }
-    for v in [r.train_loss, r.val_loss, r.val_accuracy, r.compute_s, r.allreduce_s] {
+    for v in [
+        r.train_loss,
+        r.val_loss,
+        r.val_accuracy,
+        r.compute_s,
+        r.allreduce_s,
+    ] {
         h.update(v.to_le_bytes());
     }
     h.update(r.allreduce_bytes.to_le_bytes());
@@ -96,7 +108,10 @@ fn a_sealed_chain_is_intact_and_any_changed_field_breaks_it_at_that_row() {
     assert_eq!(first_broken(seed, &rows), None);
     assert_eq!(chain(seed, &rows), last_digest);
     // Another file's seed: broken from the first row.
-    assert_eq!(first_broken(chain_seed("group-2.h5", "epochs"), &rows), Some(0));
+    assert_eq!(
+        first_broken(chain_seed("group-2.h5", "epochs"), &rows),
+        Some(0)
+    );
     let edits: [fn(&mut EpochRow); 5] = [
         |r| r.train_ops += 1,
         |r| r.val_accuracy = 0.99,
@@ -134,7 +149,10 @@ fn the_run_digest_covers_every_name_presence_and_value_and_hex_round_trips() {
         vec![("a", Some(AttrValue::U32(2))), ("b", None)],
         vec![("a", Some(AttrValue::U64(1))), ("b", None)],
         vec![("c", Some(AttrValue::U32(1))), ("b", None)],
-        vec![("a", Some(AttrValue::U32(1))), ("b", Some(AttrValue::Text("".into())))],
+        vec![
+            ("a", Some(AttrValue::U32(1))),
+            ("b", Some(AttrValue::Text("".into()))),
+        ],
         vec![("a", Some(AttrValue::U32(1)))],
     ] {
         assert_ne!(base, run_digest(&other), "{other:?}");

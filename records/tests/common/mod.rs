@@ -170,29 +170,39 @@ pub fn close(a: f64, b: f64) -> bool {
     (a - b).abs() <= 1e-9 * b.abs().max(1.0)
 }
 
-/// The official run's per-accelerator batch size and ranks per group.
+/// The per-accelerator batch size of [`official_run`] and [`small_run`].
 pub const BATCH: u32 = 32;
-/// Ranks per group of [`official_run`].
+/// Ranks per group of [`official_run`] and [`small_run`].
 pub const RANKS: u32 = 2;
 
-/// An official one-group run of a ResNet-50 trial of `epochs` epochs that is consistent in
-/// every respect rules-4 checks: ImageNet's whole splits in global batches of 32 × 2, true
-/// op counts, evenly spaced epochs ending at the deadline (t0 + 3700 s), a trial row that
-/// agrees, real devices, sealed at a clean stop. Returns the run digest.
-pub fn official_run(dir: &Path, epochs: u32) -> aiperf_records::digest::Digest {
-    let p = PrimaryWriter::create(dir, &official_meta(1)).unwrap();
-    let r50 = aiperf_ir::arch::resnet50(aiperf_ir::arch::Shape::new(3, 224, 224), 1000);
-    p.append_architecture(0, &r50.to_json()).unwrap();
-    let count = aiperf_ir::ops::OpCount::of(&r50).unwrap();
+pub mod reseal;
+
+/// What a consistent fixture trains: its attributes, start architecture, images per epoch
+/// (training, validation) and duration.
+struct Setting {
+    meta: RunMeta,
+    arch: aiperf_ir::arch::Graph,
+    images: (u64, u64),
+    duration_s: f64,
+}
+
+/// A one-group run of one trial of `epochs` epochs that is consistent in every respect
+/// rules-4 checks: the configured images in global batches of 32 × 2, true op counts,
+/// evenly spaced epochs ending at the deadline, a trial row that agrees, a TPE, monitor
+/// and trace row, real devices, sealed at a clean stop. Returns the run digest.
+fn consistent_run(dir: &Path, s: &Setting, epochs: u32) -> aiperf_records::digest::Digest {
+    let p = PrimaryWriter::create(dir, &s.meta).unwrap();
+    p.append_architecture(0, &s.arch.to_json()).unwrap();
+    let count = aiperf_ir::ops::OpCount::of(&s.arch).unwrap();
     let g = GroupWriter::create(dir, 0, RANKS).unwrap();
     let global = u64::from(BATCH * RANKS);
-    let every = 3700.0 / f64::from(epochs);
+    let every = s.duration_s / f64::from(epochs);
     for k in 1..=epochs {
         let mut e = epoch(every * f64::from(k), 0, 0, 0.70 + 0.01 * f64::from(k));
         e.epoch = k;
-        e.steps = 1_281_167 / global;
+        e.steps = s.images.0 / global;
         e.train_images = e.steps * global;
-        e.val_images = 50_000;
+        e.val_images = s.images.1;
         e.train_ops = u64::try_from(count.train_epoch(e.train_images, e.steps)).unwrap();
         e.val_ops = u64::try_from(count.eval_epoch(e.val_images)).unwrap();
         g.append_epoch(&e).unwrap();
@@ -201,13 +211,13 @@ pub fn official_run(dir: &Path, epochs: u32) -> aiperf_records::digest::Digest {
         epochs,
         best_accuracy: 0.70 + 0.01 * f64::from(epochs),
         reported_accuracy: 0.70 + 0.01 * f64::from(epochs),
-        end_s: T0 + 3700.0,
+        end_s: T0 + s.duration_s,
         status: TrialStatus::Stopped,
         ..trial()
     })
     .unwrap();
     p.append_tpe(&TpeRow {
-        time_s: T0 + 3700.0,
+        time_s: T0 + s.duration_s,
         batch_size: BATCH,
         kernel_size: 3,
         loss: 0.27,
@@ -235,5 +245,33 @@ pub fn official_run(dir: &Path, epochs: u32) -> aiperf_records::digest::Digest {
     .unwrap();
     let chain = g.chain();
     drop(g);
-    p.finish(T0 + 3700.0, &[chain]).unwrap()
+    p.finish(T0 + s.duration_s, &[chain]).unwrap()
+}
+
+/// [`consistent_run`] under the official configuration: ResNet-50 on ImageNet's whole
+/// splits, 3700 s.
+pub fn official_run(dir: &Path, epochs: u32) -> aiperf_records::digest::Digest {
+    let setting = Setting {
+        meta: official_meta(1),
+        arch: aiperf_ir::arch::resnet50(aiperf_ir::arch::Shape::new(3, 224, 224), 1000),
+        images: (1_281_167, 50_000),
+        duration_s: 3700.0,
+    };
+    consistent_run(dir, &setting, epochs)
+}
+
+/// [`consistent_run`] of `make run`'s kind: ResNet-8 on Fashion-MNIST, 20,000 and 10,000
+/// images per epoch, 1000 s.
+pub fn small_run(dir: &Path, epochs: u32) -> aiperf_records::digest::Digest {
+    let setting = Setting {
+        meta: RunMeta {
+            start_architecture: "resnet8".into(),
+            ..meta(1)
+        },
+        arch: aiperf_ir::arch::by_name("resnet8", aiperf_ir::arch::Shape::new(1, 28, 28), 10)
+            .unwrap(),
+        images: (20_000, 10_000),
+        duration_s: 1000.0,
+    };
+    consistent_run(dir, &setting, epochs)
 }

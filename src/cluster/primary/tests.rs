@@ -317,9 +317,9 @@ fn the_chains_of_the_groups_that_said_goodbye_are_kept_in_group_order() {
     assert_eq!(
         chains
             .iter()
-            .map(|c| (c.group, c.epochs))
+            .map(|c| (c.group, c.epochs()))
             .collect::<Vec<_>>(),
         vec![(0, 9), (1, 4)]
     );
-    assert_eq!(chains[1].digest, format!("{:064x}", 4));
+    assert_eq!(chains[1].chains[0].digest, format!("{:064x}", 4));
 }
