@@ -44,6 +44,9 @@ pub enum Command {
     CommBench(CommBenchArgs),
     /// Score runs from their HDF5 records (DESIGN.md §5); the same as `aiperf-score`.
     Score(aiperf_records::cli::ScoreArgs),
+    /// The residual check, under MPI like the run: re-train a sample of the recorded trials
+    /// (drawn from the run digest) and compare every epoch with its record; writes audit.h5.
+    Audit(crate::commands::AuditArgs),
 }
 
 /// `aiperf doctor`'s flags.

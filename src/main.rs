@@ -19,6 +19,7 @@ fn main() -> ExitCode {
         Command::DpCheck(a) => a.validate().and_then(|()| commands::dp_check(&a)),
         Command::Run(a) => commands::run(*a),
         Command::CommBench(a) => a.validate().and_then(|()| commands::comm_bench(a)),
+        Command::Audit(a) => a.validate().and_then(|()| commands::audit(a)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

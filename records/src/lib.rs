@@ -4,6 +4,7 @@
 
 #![warn(missing_docs)]
 
+pub mod audit;
 pub mod cli;
 pub mod consistency;
 pub mod digest;

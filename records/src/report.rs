@@ -255,6 +255,16 @@ fn write_verdict(t: &mut String, s: &Score) {
     for r in &s.verdict.reasons {
         let _ = writeln!(t, "    - {r}");
     }
+    if let Some(a) = &s.audit {
+        let _ = writeln!(
+            t,
+            "  audit                    {} ({} trial(s), {} epoch(s) re-trained; {})",
+            a.verdict, a.trials, a.epochs, a.mode
+        );
+        for line in a.problems.iter().chain(&a.failures) {
+            let _ = writeln!(t, "    - {line}");
+        }
+    }
     for w in &s.warnings {
         let _ = writeln!(t, "  warning: {w}");
     }
@@ -353,6 +363,40 @@ pub fn csv(s: &Score) -> String {
             s.run, p.elapsed_s, p.ops, p.ops_per_s, p.error, p.regulated
         );
     }
+    t
+}
+
+/// `aiperf audit`'s table: every re-trained epoch beside its record, then the verdict.
+pub fn audit_text(a: &crate::audit::Audit) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "aiperf audit: {} trial(s) of the run with digest {}, sample seed {:#018x}; {}",
+        a.trials, a.run_digest, a.sample_seed, a.mode
+    );
+    let _ = writeln!(
+        t,
+        "  group    model  epoch   steps    val acc (recorded → re-trained)     train loss (recorded → re-trained)   agrees"
+    );
+    for r in &a.rows {
+        let _ = writeln!(
+            t,
+            "  {:>5} {:>8} {:>6} {:>7}    {:.6} → {:.6}                    {:.6} → {:.6}                {}",
+            r.group,
+            r.model_id,
+            r.epoch,
+            r.steps[1],
+            r.val_accuracy[0],
+            r.val_accuracy[1],
+            r.train_loss[0],
+            r.train_loss[1],
+            if r.agrees == 1 { "yes" } else { "NO" }
+        );
+    }
+    for r in a.rows.iter().filter(|r| r.agrees == 0) {
+        let _ = writeln!(t, "  - {}", crate::audit::differences(r));
+    }
+    let _ = writeln!(t, "  verdict                  {}", a.verdict);
     t
 }
 

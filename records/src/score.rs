@@ -130,6 +130,8 @@ pub struct Score {
     pub resources: crate::resources::Resources,
     /// The validity verdict.
     pub verdict: Verdict,
+    /// The audit's verdict (`aiperf audit`), when the run's folder holds one.
+    pub audit: Option<crate::audit::AuditSummary>,
     /// Qualifications of the result.
     pub warnings: Vec<String>,
 }
@@ -446,7 +448,7 @@ fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> S
         regulated_per_node: end.regulated / f64::from(nodes),
         timeline: m.timeline,
         stability: m.stability,
-        integrity: m.integrity,
+        integrity: m.integrity.clone(),
         train_ops: counted.iter().map(|e| u128::from(e.train_ops)).sum(),
         val_ops: counted.iter().map(|e| u128::from(e.val_ops)).sum(),
         trials: run.trials.len(),
@@ -464,6 +466,7 @@ fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> S
         busy_fraction: (compute_s + allreduce_s) / (run.groups.len().max(1) as f64 * duration_s),
         resources: crate::resources::summarise(run, t_end),
         verdict: m.verdict,
+        audit: crate::audit::summary(&run.dir, m.integrity.run_digest.as_deref()),
         warnings: m.warnings,
     }
 }

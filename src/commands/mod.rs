@@ -3,6 +3,7 @@
 //! (`ops`, `search-sim`, `data-check`). Also what every MPI command shares: one
 //! initialisation, a panic hook that aborts the whole job, and errors printed once.
 
+mod audit;
 mod mpi_tools;
 mod offline;
 mod run;
@@ -11,6 +12,7 @@ use std::sync::OnceLock;
 
 use mpi::environment::Universe;
 
+pub use audit::{audit, AuditArgs};
 pub use mpi_tools::{comm_bench, doctor, dp_check};
 pub use offline::{data_check, ops, search_sim};
 pub use run::run;
