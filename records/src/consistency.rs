@@ -140,13 +140,13 @@ fn architectures(run: &Run, s: &Setting, d: &DatasetIdentity, out: &mut Vec<Stri
             }
         }
     }
+    out.extend(found.finish("architectures that do not fit the dataset or the start"));
     if start.is_some() && !run.architecture_rows.is_empty() && !start_seen {
-        found.push(format!(
+        out.push(format!(
             "no recorded architecture is the configured start architecture {} (rebuilt for the dataset): the search did not start from it",
             start_name.unwrap_or("?")
         ));
     }
-    out.extend(found.finish("architectures that do not fit the dataset or the start"));
 }
 
 /// `accelerators` against the group files' ranks and the devices; a real-trainer run's

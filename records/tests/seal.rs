@@ -248,3 +248,88 @@ fn an_attribute_outside_the_schema_is_altered_records_naming_it() {
         "{v:?}"
     );
 }
+
+/// The Python scorer written from results/README.md alone (`scripts/verify_seal.py`) and
+/// the forger's drill written likewise (`scripts/tamper_drill.py`) agree with aiperf's own
+/// reading: the documentation is enough to verify — and to reseal — the records, which is
+/// why the consistency rules, not the seal, refuse a relabelled run.
+#[test]
+fn the_python_scorer_and_forger_written_from_the_readme_agree_with_aiperf() {
+    let Some(python) = std::env::var_os("AIPERF_H5PY_PYTHON") else {
+        common::missing_prerequisite(
+            "AIPERF_H5PY_PYTHON (scripts/setup-h5py-venv)",
+            "python3-h5py",
+        );
+        return;
+    };
+    let _serial = serial();
+    let scripts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts");
+    let py = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new(&python)
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), text.into_owned())
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = tmp.path().join("run");
+    let logged = common::small_run(&run, 4);
+    let hex = aiperf_records::digest::hex(&logged);
+    let verify = scripts.join("verify_seal.py");
+    let (code, text) = py(&[
+        verify.as_os_str(),
+        run.as_os_str(),
+        "--digest".as_ref(),
+        hex.as_ref(),
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(&format!("run digest {hex}")) && text.ends_with("intact\n"),
+        "{text}"
+    );
+    // The forger relabels the run as official and reseals it: both readers call the records
+    // intact, the job log's digest does not match, and the consistency rules refuse it.
+    let forged = tmp.path().join("forged");
+    let (code, text) = py(&[
+        scripts.join("tamper_drill.py").as_os_str(),
+        run.as_os_str(),
+        forged.as_os_str(),
+    ]);
+    assert_eq!(code, Some(0), "{text}");
+    let (code, text) = py(&[
+        verify.as_os_str(),
+        forged.as_os_str(),
+        "--digest".as_ref(),
+        hex.as_ref(),
+    ]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("is not the one given with --digest"),
+        "{text}"
+    );
+    let s = aiperf_records::score(&read_run(&forged).unwrap(), 360.0).unwrap();
+    assert_eq!(s.integrity.records, "intact", "{:?}", s.integrity);
+    assert_eq!(s.verdict.status, aiperf_records::score::Status::Invalid);
+    let why = s.verdict.reasons.join("\n");
+    assert!(
+        why.contains(
+            "takes 28×28×1 inputs with 10 classes, but the dataset has 224×224×3 and 1000"
+        ) && why.contains("no recorded architecture is the configured start architecture resnet50")
+            && why.contains("after the run's start"),
+        "{why}"
+    );
+    // An edit without a reseal: the Python scorer names it too.
+    common::reseal::edit_rows::<aiperf_records::schema::EpochRow>(
+        &run,
+        "group-0.h5",
+        "epochs",
+        |r| r[1].val_accuracy = 0.99,
+    );
+    let (code, text) = py(&[verify.as_os_str(), run.as_os_str()]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("group-0.h5 epochs row 1: its digest does not follow"),
+        "{text}"
+    );
+}
