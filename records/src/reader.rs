@@ -5,8 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use hdf5::types::TypeDescriptor;
-use hdf5::H5Type;
+mod legacy;
+
+use legacy::{EpochRowV1, StoredTrial, StoredTrialV2, TpeRowV2};
 
 use crate::digest::{ChainEnd, GroupChain};
 use crate::error::RecordError;
@@ -108,88 +109,6 @@ pub struct Run {
     pub architecture_rows: Vec<(u64, String)>,
     /// TPE observations recorded by the primary.
     pub tpe: Vec<TpeRow>,
-}
-
-/// A trial's status as stored: the schema's enum type, but any byte, so that a damaged
-/// value is reported instead of becoming an invalid [`TrialStatus`].
-#[derive(Clone, Copy, Debug)]
-#[repr(transparent)]
-struct StoredStatus(u8);
-
-// SAFETY: `StoredStatus` is a transparent `u8`, the size of the enum's base type
-// (`TrialStatus` is `repr(u8)`), and every byte HDF5 writes into it is a valid `u8`.
-unsafe impl H5Type for StoredStatus {
-    fn type_descriptor() -> TypeDescriptor {
-        TrialStatus::type_descriptor()
-    }
-}
-
-/// [`TrialRow`] as stored; same layout and member names, so HDF5 reads it without conversion.
-#[derive(H5Type, Clone, Copy, Debug)]
-#[repr(C)]
-struct StoredTrial {
-    model_id: u64,
-    father: i64,
-    group: u32,
-    round: u32,
-    batch_size: u32,
-    kernel_size: u32,
-    epochs: u32,
-    best_accuracy: f64,
-    reported_accuracy: f64,
-    start_s: f64,
-    end_s: f64,
-    status: StoredStatus,
-    digest: [u8; 32],
-}
-
-/// [`StoredTrial`] of schemas 1 and 2: no digest.
-#[derive(H5Type, Clone, Copy, Debug)]
-#[repr(C)]
-struct StoredTrialV2 {
-    model_id: u64,
-    father: i64,
-    group: u32,
-    round: u32,
-    batch_size: u32,
-    kernel_size: u32,
-    epochs: u32,
-    best_accuracy: f64,
-    reported_accuracy: f64,
-    start_s: f64,
-    end_s: f64,
-    status: StoredStatus,
-}
-
-impl From<StoredTrialV2> for StoredTrial {
-    /// A zero digest: what schemas 1 and 2 did not record.
-    fn from(t: StoredTrialV2) -> StoredTrial {
-        StoredTrial {
-            model_id: t.model_id,
-            father: t.father,
-            group: t.group,
-            round: t.round,
-            batch_size: t.batch_size,
-            kernel_size: t.kernel_size,
-            epochs: t.epochs,
-            best_accuracy: t.best_accuracy,
-            reported_accuracy: t.reported_accuracy,
-            start_s: t.start_s,
-            end_s: t.end_s,
-            status: t.status,
-            digest: [0; 32],
-        }
-    }
-}
-
-/// [`TpeRow`] of schemas 1 and 2: no digest.
-#[derive(H5Type, Clone, Copy, Debug)]
-#[repr(C)]
-struct TpeRowV2 {
-    time_s: f64,
-    batch_size: u32,
-    kernel_size: u32,
-    loss: f64,
 }
 
 /// A checked trial row, or the field that is wrong and why.
@@ -437,52 +356,6 @@ fn check_info(p: &Source, info: &RunInfo) -> Result<(), RecordError> {
     Ok(())
 }
 
-/// An epoch row of schema 1: no optimizer steps, no digest.
-#[derive(H5Type, Clone, Copy, Debug)]
-#[repr(C)]
-struct EpochRowV1 {
-    time_s: f64,
-    trial: u64,
-    model_id: u64,
-    epoch: u32,
-    train_images: u64,
-    val_images: u64,
-    train_ops: u64,
-    val_ops: u64,
-    train_loss: f64,
-    val_loss: f64,
-    val_accuracy: f64,
-    compute_s: f64,
-    allreduce_s: f64,
-    allreduce_bytes: u64,
-    data_wait_s: f64,
-}
-
-impl From<EpochRowV1> for EpochRow {
-    /// Steps 0 and a zero digest: what schema 1 did not record.
-    fn from(r: EpochRowV1) -> EpochRow {
-        EpochRow {
-            time_s: r.time_s,
-            trial: r.trial,
-            model_id: r.model_id,
-            epoch: r.epoch,
-            train_images: r.train_images,
-            steps: 0,
-            val_images: r.val_images,
-            train_ops: r.train_ops,
-            val_ops: r.val_ops,
-            train_loss: r.train_loss,
-            val_loss: r.val_loss,
-            val_accuracy: r.val_accuracy,
-            compute_s: r.compute_s,
-            allreduce_s: r.allreduce_s,
-            allreduce_bytes: r.allreduce_bytes,
-            data_wait_s: r.data_wait_s,
-            digest: [0; 32],
-        }
-    }
-}
-
 /// Reads `group-<g>.h5`: its attributes and every row, each checked. Its schema must be
 /// the primary's.
 fn read_group(
@@ -639,16 +512,7 @@ pub fn read_tpe(dir: &Path) -> Result<Vec<TpeRow>, RecordError> {
         return p.rows::<TpeRow>("tpe");
     }
     let rows = p.rows::<TpeRowV2>("tpe")?;
-    Ok(rows
-        .into_iter()
-        .map(|r| TpeRow {
-            time_s: r.time_s,
-            batch_size: r.batch_size,
-            kernel_size: r.kernel_size,
-            loss: r.loss,
-            digest: [0; 32],
-        })
-        .collect())
+    Ok(rows.into_iter().map(TpeRow::from).collect())
 }
 
 /// The resolved configuration (JSON) recorded in `dir/primary.h5`.
