@@ -100,6 +100,12 @@ fn compare_end(
     }
 }
 
+/// The end of `dataset`'s chain in `file` recomputed from its rows' contents.
+fn recomputed<T: hdf5::H5Type>(file: &str, dataset: &str, rows: &[T]) -> ChainEnd {
+    let last = digest::chain(digest::chain_seed(file, dataset), rows);
+    ChainEnd::new(dataset, rows.len() as u64, &last)
+}
+
 /// The primary's trials, architectures and TPE chains.
 fn check_primary_chains(run: &Run, out: &mut Integrity) {
     let seed = |d| digest::chain_seed(PRIMARY_FILE, d);
@@ -114,21 +120,13 @@ fn check_primary_chains(run: &Run, out: &mut Integrity) {
         }
     }
     let ends = [
-        ChainEnd::new(
-            "trials",
-            run.trials.len() as u64,
-            &digest::chain(seed("trials"), &run.trials),
-        ),
+        recomputed(PRIMARY_FILE, "trials", &run.trials),
         ChainEnd::new(
             "architectures",
             run.architecture_rows.len() as u64,
             &digest::architecture_chain(seed("architectures"), &run.architecture_rows),
         ),
-        ChainEnd::new(
-            "tpe",
-            run.tpe.len() as u64,
-            &digest::chain(seed("tpe"), &run.tpe),
-        ),
+        recomputed(PRIMARY_FILE, "tpe", &run.tpe),
     ];
     let recorded = run.info.primary_chains.as_deref();
     for end in &ends {
@@ -164,21 +162,9 @@ fn check_group(run: &Run, g: &GroupRecords, out: &mut Integrity) {
         ));
     }
     let ends = [
-        ChainEnd::new(
-            "epochs",
-            g.epochs.len() as u64,
-            &digest::chain(seed("epochs"), &g.epochs),
-        ),
-        ChainEnd::new(
-            "monitor",
-            g.monitor.len() as u64,
-            &digest::chain(seed("monitor"), &g.monitor),
-        ),
-        ChainEnd::new(
-            "trace",
-            g.trace.len() as u64,
-            &digest::chain(seed("trace"), &g.trace),
-        ),
+        recomputed(&file, "epochs", &g.epochs),
+        recomputed(&file, "monitor", &g.monitor),
+        recomputed(&file, "trace", &g.trace),
     ];
     for end in &ends {
         let r = recorded.chains.iter().find(|c| c.dataset == end.dataset);

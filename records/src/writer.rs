@@ -105,7 +105,7 @@ fn append<T: H5Type>(file: &File, path: &Path, ds: &Dataset, row: &T) -> Result<
     append_rows(file, path, ds, std::slice::from_ref(row))
 }
 
-/// One dataset's chain as it grows: its seed's successor so far and its rows.
+/// One dataset's chain as it grows: its last digest and its rows so far.
 struct Chain {
     name: &'static str,
     last: Cell<Digest>,
@@ -113,7 +113,7 @@ struct Chain {
 }
 
 impl Chain {
-    /// A chain of `name` in `file` after `rows` existing rows ending in `last`.
+    /// The chain of dataset `name` after `rows` rows ending in `last`.
     fn at(name: &'static str, last: Digest, rows: u64) -> Chain {
         Chain {
             name,
