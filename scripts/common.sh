@@ -51,3 +51,13 @@ for l in sys.stdin:
 AIPERF_BIN="$AIPERF_ROOT/target/release/aiperf"
 AIPERF_DATA_PREP_BIN="$AIPERF_ROOT/target/release/aiperf-data-prep"
 export AIPERF_BIN AIPERF_DATA_PREP_BIN
+
+# scored CMD…: runs `aiperf score`/`aiperf-score`, whose exit status is the verdict (README,
+# "Exit status"): 0 VALID, 3 UNOFFICIAL and 4 INVALID are scored results, which a script
+# that wants the figures accepts; 1 (an error), 2 (usage), 5 (altered records) and 6 (a
+# failed audit) are not.
+scored() {
+    local rc=0
+    "$@" || rc=$?
+    [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || [ "$rc" -eq 4 ]
+}

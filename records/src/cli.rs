@@ -40,8 +40,55 @@ pub struct ScoreArgs {
     pub scaling: bool,
 }
 
-/// Scores every run and prints the reports; errors name the run and the problem.
-pub fn run(args: &ScoreArgs) -> anyhow::Result<()> {
+/// What the exit status of `aiperf score` (and `aiperf-score`) tells a script about the
+/// runs it scored (the worst of them); an error (unreadable records, a bad flag) exits 1,
+/// and a command line clap cannot parse 2. Documented in README.md ("Exit status").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Outcome {
+    /// Scored, VALID, records intact (matching `--digest` when given): 0.
+    Valid,
+    /// Scored, UNOFFICIAL: measured correctly, not the official configuration: 3.
+    Unofficial,
+    /// Scored, INVALID (a rule broken; records not altered): 4.
+    Invalid,
+    /// The records are altered or not the ones `--digest` names: 5.
+    Altered,
+    /// The run's audit (`audit.h5`) failed or cannot be trusted: 6.
+    AuditFailed,
+}
+
+impl Outcome {
+    /// The outcome of one score.
+    pub fn of(s: &score::Score) -> Outcome {
+        let audit_failed = s.audit.as_ref().is_some_and(|a| a.verdict != "PASSED");
+        if audit_failed {
+            Outcome::AuditFailed
+        } else if s.integrity.records == "altered" || s.integrity.digest_matches == Some(false) {
+            Outcome::Altered
+        } else {
+            match s.verdict.status {
+                score::Status::Valid => Outcome::Valid,
+                score::Status::Unofficial => Outcome::Unofficial,
+                score::Status::Invalid => Outcome::Invalid,
+            }
+        }
+    }
+
+    /// The process exit status.
+    pub fn code(self) -> u8 {
+        match self {
+            Outcome::Valid => 0,
+            Outcome::Unofficial => 3,
+            Outcome::Invalid => 4,
+            Outcome::Altered => 5,
+            Outcome::AuditFailed => 6,
+        }
+    }
+}
+
+/// Scores every run and prints the reports; errors name the run and the problem. Returns
+/// the worst outcome over the runs (the exit status).
+pub fn run(args: &ScoreArgs) -> anyhow::Result<Outcome> {
     if let Some(i) = args.interval.filter(|i| !(i.is_finite() && *i > 0.0)) {
         anyhow::bail!("--interval {i} must be a positive number of seconds (official: 360)");
     }
@@ -121,5 +168,9 @@ pub fn run(args: &ScoreArgs) -> anyhow::Result<()> {
             eprintln!("report: {}", dir.join("index.html").display());
         }
     }
-    Ok(())
+    Ok(scores
+        .iter()
+        .map(Outcome::of)
+        .max()
+        .unwrap_or(Outcome::Valid))
 }

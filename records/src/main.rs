@@ -15,7 +15,7 @@ struct Cli {
 
 fn main() -> ExitCode {
     match run(&Cli::parse().args) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(outcome) => ExitCode::from(outcome.code()),
         Err(e) => {
             eprintln!("aiperf-score: error: {e:#}");
             ExitCode::FAILURE

@@ -427,6 +427,7 @@ fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> S
     let t_end = run.info.start_time_s + duration_s;
     let (allreduce_bytes_per_s, allreduce_epoch_bytes_per_s) = exchange(run, t_end);
     let trials_with = |s: TrialStatus| run.trials.iter().filter(|t| t.status == s).count();
+    let audit = crate::audit::summary(&run.dir, m.integrity.run_digest.as_deref());
     Score {
         run: run.dir.display().to_string(),
         interval_s: m.interval_s,
@@ -448,7 +449,7 @@ fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> S
         regulated_per_node: end.regulated / f64::from(nodes),
         timeline: m.timeline,
         stability: m.stability,
-        integrity: m.integrity.clone(),
+        integrity: m.integrity,
         train_ops: counted.iter().map(|e| u128::from(e.train_ops)).sum(),
         val_ops: counted.iter().map(|e| u128::from(e.val_ops)).sum(),
         trials: run.trials.len(),
@@ -466,7 +467,7 @@ fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> S
         busy_fraction: (compute_s + allreduce_s) / (run.groups.len().max(1) as f64 * duration_s),
         resources: crate::resources::summarise(run, t_end),
         verdict: m.verdict,
-        audit: crate::audit::summary(&run.dir, m.integrity.run_digest.as_deref()),
+        audit,
         warnings: m.warnings,
     }
 }

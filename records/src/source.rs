@@ -108,6 +108,17 @@ impl Source {
                     ),
                 ));
             }
+            let differs = compound_differences(have, &want);
+            if !differs.is_empty() {
+                return Err(self.hdf5(
+                    what,
+                    format!(
+                        "is not laid out as schema {} says (results/README.md): {}",
+                        self.version,
+                        differs.join("; ")
+                    ),
+                ));
+            }
         }
         let found = found.map_or_else(|e| format!("an unreadable type ({e})"), |d| format!("{d}"));
         Err(self.hdf5(
@@ -205,6 +216,40 @@ impl Source {
             })
             .collect()
     }
+}
+
+/// How a stored compound differs from the schema's: each member at another offset or of
+/// another type, each member the schema does not have, and another row size.
+fn compound_differences(
+    have: &hdf5::types::CompoundType,
+    want: &hdf5::types::CompoundType,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for w in &want.fields {
+        let Some(h) = have.fields.iter().find(|h| h.name == w.name) else {
+            continue;
+        };
+        if h.offset != w.offset || h.ty != w.ty {
+            out.push(format!(
+                "member {} at byte {} as {}, the schema's at byte {} as {}",
+                w.name, h.offset, h.ty, w.offset, w.ty
+            ));
+        }
+    }
+    for h in have
+        .fields
+        .iter()
+        .filter(|h| !want.fields.iter().any(|w| w.name == h.name))
+    {
+        out.push(format!("member {} is not in the schema", h.name));
+    }
+    if have.size != want.size {
+        out.push(format!(
+            "rows of {} bytes, the schema's {}",
+            have.size, want.size
+        ));
+    }
+    out
 }
 
 /// Opens `path` with HDF5. A writer that just died may still hold its lock for a moment (the

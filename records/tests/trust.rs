@@ -33,13 +33,14 @@ fn reasons(dir: &Path) -> (Status, String, &'static str) {
     )
 }
 
-fn aiperf_score(args: &[&std::ffi::OsStr]) -> (bool, String) {
+/// `aiperf-score ARGS`: (exit status, stdout + stderr).
+fn aiperf_score(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_aiperf-score"))
         .args(args)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-    (out.status.success(), text.into_owned())
+    (out.status.code(), text.into_owned())
 }
 
 #[test]
@@ -139,8 +140,8 @@ fn the_digest_from_the_job_log_is_checked() {
     let s = score(&read_run(tmp.path()).unwrap(), 360.0).unwrap();
     let digest = s.integrity.run_digest.unwrap();
     let dir = tmp.path().as_os_str();
-    let (ok, text) = aiperf_score(&[dir, "--digest".as_ref(), digest.as_ref()]);
-    assert!(ok, "{text}");
+    let (code, text) = aiperf_score(&[dir, "--digest".as_ref(), digest.as_ref()]);
+    assert_eq!(code, Some(0), "VALID, intact, matching: {text}");
     assert!(
         text.contains("intact (run digest") && text.contains("matches --digest"),
         "{text}"
@@ -150,19 +151,19 @@ fn the_digest_from_the_job_log_is_checked() {
         "{text}"
     );
     let wrong = "0".repeat(64);
-    let (ok, text) = aiperf_score(&[dir, "--digest".as_ref(), wrong.as_ref()]);
-    assert!(ok, "scored, with the verdict saying why: {text}");
+    let (code, text) = aiperf_score(&[dir, "--digest".as_ref(), wrong.as_ref()]);
+    assert_eq!(code, Some(5), "scored, not the job's records: {text}");
     assert!(
         text.contains("INVALID") && text.contains("not the one given with --digest"),
         "{text}"
     );
-    let (ok, text) = aiperf_score(&[dir, "--digest".as_ref(), "abc".as_ref()]);
+    let (code, text) = aiperf_score(&[dir, "--digest".as_ref(), "abc".as_ref()]);
     assert!(
-        !ok && text.contains("--digest") && text.contains("64 hex digits"),
+        code == Some(1) && text.contains("--digest") && text.contains("64 hex digits"),
         "{text}"
     );
-    let (ok, text) = aiperf_score(&[dir, dir, "--digest".as_ref(), digest.as_ref()]);
-    assert!(!ok && text.contains("one run folder"), "{text}");
+    let (code, text) = aiperf_score(&[dir, dir, "--digest".as_ref(), digest.as_ref()]);
+    assert!(code == Some(1) && text.contains("one run folder"), "{text}");
 }
 
 /// An epoch row without `train_ops`: a file from another producer.
@@ -439,8 +440,8 @@ fn the_default_grid_step_is_the_recorded_presets() {
     let chain = g.chain();
     drop(g);
     p.finish(T0 + 1000.0, &[chain]).unwrap();
-    let (ok, text) = aiperf_score(&[tmp.path().as_os_str(), "--json".as_ref()]);
-    assert!(ok, "{text}");
+    let (code, text) = aiperf_score(&[tmp.path().as_os_str(), "--json".as_ref()]);
+    assert_eq!(code, Some(4), "scored, INVALID: {text}");
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v[0]["interval_s"], 250.0);
     let grid: Vec<f64> = v[0]["timeline"]
@@ -454,13 +455,142 @@ fn the_default_grid_step_is_the_recorded_presets() {
     assert_eq!(v[0]["nodes"], 1);
     assert!(v[0]["stability"]["window_s"].as_f64().unwrap() == 360.0);
     assert_eq!(trial().status, TrialStatus::Finished);
-    let (ok, text) = aiperf_score(&[
+    let (code, text) = aiperf_score(&[
         tmp.path().as_os_str(),
         "--interval".as_ref(),
         "500".as_ref(),
         "--json".as_ref(),
     ]);
-    assert!(ok, "{text}");
+    assert_eq!(code, Some(4), "scored, INVALID: {text}");
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v[0]["interval_s"], 500.0);
+}
+
+/// An epoch row written from a misread layout: `epoch` as u64.
+#[derive(hdf5::H5Type, Clone, Copy)]
+#[repr(C)]
+struct WideEpoch {
+    time_s: f64,
+    trial: u64,
+    model_id: u64,
+    epoch: u64,
+    train_images: u64,
+    steps: u64,
+    val_images: u64,
+    train_ops: u64,
+    val_ops: u64,
+    train_loss: f64,
+    val_loss: f64,
+    val_accuracy: f64,
+    compute_s: f64,
+    allreduce_s: f64,
+    allreduce_bytes: u64,
+    data_wait_s: f64,
+    digest: [u8; 32],
+}
+
+/// Issue 22: a file packed from the documentation but not as documented is refused with a
+/// message that says what differs.
+#[test]
+fn a_layout_other_than_the_schemas_is_refused_saying_what_differs() {
+    let _serial = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    PrimaryWriter::create(tmp.path(), &meta(1))
+        .unwrap()
+        .finish(T0 + 10.0, &[])
+        .unwrap();
+    let row = WideEpoch {
+        time_s: T0 + 1.0,
+        trial: 0,
+        model_id: 0,
+        epoch: 1,
+        train_images: 1,
+        steps: 1,
+        val_images: 1,
+        train_ops: 1,
+        val_ops: 1,
+        train_loss: 1.0,
+        val_loss: 1.0,
+        val_accuracy: 0.5,
+        compute_s: 1.0,
+        allreduce_s: 0.0,
+        allreduce_bytes: 0,
+        data_wait_s: 0.0,
+        digest: [0; 32],
+    };
+    hand_written_group(tmp.path(), 3, &[row]);
+    let e = read_run(tmp.path()).unwrap_err().to_string();
+    assert!(
+        e.contains("group-0.h5")
+            && e.contains("is not laid out as schema 3 says")
+            && e.contains("member epoch at byte 24 as")
+            && !e.contains("member train_images"),
+        "{e}"
+    );
+}
+
+/// The exit status is the verdict (README, "Exit status"): a script that gates on it
+/// cannot pass altered records or a failed audit.
+#[test]
+fn the_exit_status_tells_valid_unofficial_invalid_altered_audit_failed_and_errors_apart() {
+    let _serial = serial();
+    let code = |dir: &Path, extra: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec![dir.as_os_str()];
+        args.extend(extra.iter().map(std::ffi::OsStr::new));
+        aiperf_score(&args).0
+    };
+    let valid = tempfile::tempdir().unwrap();
+    let logged = aiperf_records::digest::hex(&official_run(valid.path(), 3));
+    assert_eq!(code(valid.path(), &["--digest", &logged]), Some(0));
+    // UNOFFICIAL: a 30-epoch budget, everything else official and consistent.
+    let unofficial = tempfile::tempdir().unwrap();
+    official_run(unofficial.path(), 3);
+    let config = common::OFFICIAL_CONFIG.replace("\"epochs\":60", "\"epochs\":30");
+    common::reseal::set_text(unofficial.path(), "config", &config);
+    common::reseal::reseal(unofficial.path(), 1);
+    assert_eq!(code(unofficial.path(), &[]), Some(3));
+    // INVALID: a short run.
+    let invalid = tempfile::tempdir().unwrap();
+    write_run(invalid.path(), Some(1000.0));
+    assert_eq!(code(invalid.path(), &[]), Some(4));
+    // ALTERED: the digest from the job log does not match; or a row edited.
+    assert_eq!(code(unofficial.path(), &["--digest", &logged]), Some(5));
+    edit_epochs(valid.path(), |rows| rows[0].val_accuracy = 0.99);
+    assert_eq!(code(valid.path(), &[]), Some(5));
+    // The worst of several runs.
+    assert_eq!(
+        aiperf_score(&[unofficial.path().as_os_str(), valid.path().as_os_str()]).0,
+        Some(5)
+    );
+    // A failed audit beside VALID records.
+    let audited = tempfile::tempdir().unwrap();
+    let hex = aiperf_records::digest::hex(&official_run(audited.path(), 3));
+    let run = read_run(audited.path()).unwrap();
+    let r = run.groups[0].epochs[0];
+    let retrained = aiperf_records::audit::Retrained {
+        train_images: r.train_images,
+        steps: r.steps,
+        val_images: r.val_images,
+        train_ops: r.train_ops,
+        val_ops: r.val_ops,
+        train_loss: r.train_loss,
+        val_loss: r.val_loss,
+        val_accuracy: r.val_accuracy - 0.2,
+    };
+    let audit = aiperf_records::audit::Audit {
+        run_digest: hex.clone(),
+        sample_seed: 1,
+        trials: 1,
+        epochs: 1,
+        ranks: 2,
+        threads: 1,
+        mode: "bit-exact".into(),
+        verdict: "FAILED".into(),
+        rows: vec![aiperf_records::audit::compare(0, &r, &retrained, true)],
+    };
+    audit.write(&audited.path().join("audit.h5")).unwrap();
+    assert_eq!(code(audited.path(), &["--digest", &hex]), Some(6));
+    // Errors: unreadable records 1, a command line clap refuses 2.
+    assert_eq!(code(&audited.path().join("nope"), &[]), Some(1));
+    assert_eq!(code(audited.path(), &["--no-such-flag"]), Some(2));
 }

@@ -65,6 +65,12 @@ impl AuditArgs {
     }
 }
 
+/// An audit that ran and found re-trained epochs that differ from their records: `aiperf
+/// audit` exits 6 (the exit status `aiperf score` gives a run whose audit failed).
+#[derive(Debug, thiserror::Error)]
+#[error("audit FAILED: {0}")]
+pub struct AuditFailed(pub String);
+
 /// One trial as every rank needs it to train it again.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Planned {
@@ -394,6 +400,6 @@ fn finish(
     if failed.is_empty() {
         Ok(())
     } else {
-        bail!("audit FAILED: {}", failed.join("; "))
+        Err(AuditFailed(failed.join("; ")).into())
     }
 }
