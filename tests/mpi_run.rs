@@ -484,3 +484,44 @@ fn regression_a_configuration_error_is_printed_once_not_per_rank() {
     assert!(!out.status.success());
     assert_eq!(err.matches("--status-interval").count(), 1, "{err}");
 }
+
+/// Issue 23: `--results` naming a folder that holds a run's records is refused before
+/// anything is written — once, by rank 0, naming the folder and the way on — and the records
+/// stay as they were.
+#[test]
+fn regression_results_holding_a_run_are_never_overwritten() {
+    let _turn = shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("finished");
+    std::fs::create_dir_all(&dir).unwrap();
+    let before = b"the records of a finished run".to_vec();
+    std::fs::write(dir.join("primary.h5"), &before).unwrap();
+    std::fs::write(dir.join("group-0.h5"), &before).unwrap();
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let out = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args([
+                "3",
+                "run",
+                "--trainer",
+                "simulated",
+                "--duration",
+                "5",
+                "--results",
+            ])
+            .arg(&dir),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.matches("never overwrites them").count(), 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "--results {}: holds the records of a run (group-0.h5, …)",
+            dir.display()
+        )) && err.contains("aiperf run --resume"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(dir.join("primary.h5")).unwrap(), before);
+    assert_eq!(std::fs::read(dir.join("group-0.h5")).unwrap(), before);
+}

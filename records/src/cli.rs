@@ -63,7 +63,9 @@ impl Outcome {
         let audit_failed = s.audit.as_ref().is_some_and(|a| a.verdict != "PASSED");
         if audit_failed {
             Outcome::AuditFailed
-        } else if s.integrity.records == "altered" || s.integrity.digest_matches == Some(false) {
+        } else if s.integrity.records == "altered"
+            || (s.integrity.records == "intact" && s.integrity.digest_matches == Some(false))
+        {
             Outcome::Altered
         } else {
             match s.verdict.status {

@@ -46,6 +46,12 @@ pub fn check(run: &Run, expected: Option<&Digest>) -> Integrity {
         }
         return out;
     }
+    for g in (0..run.info.groups).filter(|g| !run.groups.iter().any(|r| r.group == *g)) {
+        out.notes.push(format!(
+            "{} is missing: its rows cannot be verified",
+            group_file(g)
+        ));
+    }
     check_unsealed(run, &mut out);
     check_primary_chains(run, &mut out);
     for g in &run.groups {
@@ -54,6 +60,8 @@ pub fn check(run: &Run, expected: Option<&Digest>) -> Integrity {
     check_run_digest(run, expected, &mut out);
     if !out.problems.is_empty() {
         out.records = "altered";
+    } else if run.groups.len() < run.info.groups as usize {
+        out.records = "incomplete";
     }
     out
 }
@@ -183,9 +191,10 @@ fn check_run_digest(run: &Run, expected: Option<&Digest>, out: &mut Integrity) {
             "no run digest: the run did not stop cleanly, so nothing vouches for the rows after the last one a chain covers".into(),
         );
         if expected.is_some() {
+            // Nothing was altered that anyone can tell: the digest cannot be matched.
             out.digest_matches = Some(false);
-            out.problems.push(
-                "--digest was given, but these records hold no run digest to match it (the run did not stop cleanly)".into(),
+            out.notes.push(
+                "--digest was given, but these records hold no run digest to match it (the run did not stop cleanly; a digest printed by an earlier job of a resumed run sealed the records as they were then)".into(),
             );
         }
         return;

@@ -29,11 +29,11 @@ pub fn rate(bytes_per_s: Option<f64>) -> String {
         .map_or_else(|| "- B/s".into(), |v| format!("{}B/s", si(v)))
 }
 
-/// `" (1 failed, 2 stopped at the deadline)"`, or nothing when every trial finished.
+/// `" (1 failed, 2 cut by the run's end)"`, or nothing when every trial finished.
 fn trial_outcomes(s: &Score) -> String {
     let parts: Vec<String> = [
         (s.trials_failed, "failed"),
-        (s.trials_stopped, "stopped at the deadline"),
+        (s.trials_stopped, "cut by the run's end"),
     ]
     .iter()
     .filter(|(n, _)| *n > 0)
@@ -228,7 +228,15 @@ pub fn records_line(s: &Score) -> String {
     };
     match i.records {
         "intact" => format!("intact (run digest {digest}{given})"),
-        "incomplete" => "chains intact, no run digest (the run did not stop cleanly)".into(),
+        "incomplete" => {
+            let why: Vec<&str> = i
+                .notes
+                .iter()
+                .filter(|n| n.starts_with("no run digest") || n.contains("is missing"))
+                .map(|n| n.split(':').next().unwrap_or(n))
+                .collect();
+            format!("incomplete: what is present is intact; {}", why.join("; "))
+        }
         "unverifiable" => "unverifiable (schema 1 or 2: not sealed as schema 3 requires)".into(),
         other => {
             let given = match i.digest_matches {

@@ -337,6 +337,12 @@ fn span(run: &Run) -> Result<(f64, f64, Vec<&EpochRow>), RecordError> {
     let t0 = run.info.start_time_s;
     let mut epochs: Vec<_> = run.groups.iter().flat_map(|g| g.epochs.iter()).collect();
     if epochs.is_empty() {
+        if let Some(m) = run.missing.first() {
+            return Err(RecordError::Hdf5 {
+                path: run.dir.clone(),
+                message: format!("no completed epoch to score: {m}"),
+            });
+        }
         return Err(RecordError::Empty(run.dir.clone()));
     }
     epochs.sort_by(|a, b| a.time_s.total_cmp(&b.time_s));

@@ -303,7 +303,7 @@ fn a_failed_trial_reads_back_and_its_completed_epochs_count() {
     assert!((s.best_accuracy - 0.7).abs() < 1e-12);
     let text = report::text(&s);
     assert!(
-        text.contains("trials / epochs          3 / 2 (1 failed, 1 stopped at the deadline)"),
+        text.contains("trials / epochs          3 / 2 (1 failed, 1 cut by the run's end)"),
         "{text}"
     );
 }

@@ -72,6 +72,25 @@ fn a_crashed_run_is_scored_to_its_last_epoch_with_a_warning() {
         .warnings
         .iter()
         .any(|w| w.contains("did not stop cleanly")));
+    // Issue 23: with a digest from a job log, records without a run digest are not
+    // "altered" (nothing was), but cannot match it: INVALID for want of a seal.
+    let given = aiperf_records::digest::parse_hex(&"ab".repeat(32)).unwrap();
+    let s = aiperf_records::score::score_with_digest(
+        &read_run(tmp.path()).unwrap(),
+        360.0,
+        Some(&given),
+    )
+    .unwrap();
+    assert_eq!(
+        (s.integrity.records, s.integrity.digest_matches),
+        ("incomplete", Some(false))
+    );
+    let line = aiperf_records::report::records_line(&s);
+    assert_eq!(line, "incomplete: what is present is intact; no run digest");
+    assert_eq!(
+        aiperf_records::cli::Outcome::of(&s),
+        aiperf_records::cli::Outcome::Invalid
+    );
 }
 
 #[test]
@@ -90,6 +109,20 @@ fn a_missing_group_file_makes_the_run_invalid_naming_it() {
             .any(|w| w.contains("group-1.h5 is missing (primary.h5 records 2 groups)")),
         "{:?}",
         s.verdict.reasons
+    );
+    // Issue 23: the integrity line says what is known, naming the file.
+    assert_eq!(
+        aiperf_records::report::records_line(&s),
+        "incomplete: what is present is intact; group-1.h5 is missing"
+    );
+    // With the only group file missing, the error names it.
+    std::fs::remove_file(tmp.path().join("group-0.h5")).unwrap();
+    let e = score(&read_run(tmp.path()).unwrap(), 360.0)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no completed epoch to score") && e.contains("group-0.h5 is missing"),
+        "{e}"
     );
 }
 

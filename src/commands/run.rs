@@ -54,6 +54,12 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         .clone()
         .or_else(|| flags.results.clone())
         .unwrap_or_else(|| PathBuf::from(format!("results/run-{}", common.t0_s as u64)));
+    if flags.resume.is_none() {
+        let mine =
+            (world.rank() == 0).then(|| fresh_results(&results).map_err(|e| format!("{e:#}")));
+        let fresh: Result<(), String> = broadcast_value(&world, mine.as_ref())?;
+        once(&world, fresh.map_err(anyhow::Error::msg))?;
+    }
     set_results_hint(&results);
     let built = trainer(&world, &config, &place, &flags);
     let (trainer, start_graph, dataset) = agree(&world, built)?;
@@ -100,6 +106,29 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     world.barrier();
     if rank == 0 {
         print_score(&results, &config)?;
+    }
+    Ok(())
+}
+
+/// Rank 0, for a fresh run: `dir` must not hold a run's records — aiperf never replaces them.
+fn fresh_results(dir: &Path) -> anyhow::Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(()); // created later (or refused there, naming the folder)
+    };
+    let records: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| {
+            n == aiperf_records::schema::PRIMARY_FILE
+                || (n.starts_with("group-") && n.ends_with(".h5"))
+        })
+        .collect();
+    if let Some(first) = records.iter().min() {
+        bail!(
+            "--results {}: holds the records of a run ({first}{}): aiperf never overwrites them; continue that run with `aiperf run --resume {}`, or give a new folder",
+            dir.display(),
+            if records.len() > 1 { ", …" } else { "" },
+            dir.display()
+        );
     }
     Ok(())
 }
