@@ -114,6 +114,14 @@ fn recorded_threads(devices: &[String]) -> usize {
 /// Rank 0: the sealed records, the sample and every sampled trial's recorded epochs.
 fn plan(args: &AuditArgs) -> anyhow::Result<(Plan, Vec<Vec<EpochRow>>)> {
     let dir = &args.dir;
+    let out = dir.join(audit::AUDIT_FILE);
+    if out.exists() {
+        // Refused before anything is re-trained.
+        bail!(
+            "{}: exists: an audit is never replaced; move it away to audit again",
+            out.display()
+        );
+    }
     let run = aiperf_records::read_run(dir).with_context(|| format!("audit {}", dir.display()))?;
     let integrity = aiperf_records::integrity::check(&run, None);
     let Some(hex) = integrity
