@@ -9,7 +9,6 @@
 
 use std::path::Path;
 
-use hdf5::types::VarLenUnicode;
 use hdf5::{File, H5Type};
 use serde::Serialize;
 use sha2::{Digest as _, Sha256};
@@ -18,6 +17,7 @@ use crate::digest::{self, Digest};
 use crate::error::RecordError;
 use crate::schema::{AttrKind, AttrSpec, AttrValue, EpochRow, TrialRow, Written, SCHEMA_VERSION};
 use crate::source::Source;
+use crate::writer::{write_attr, write_text_attr};
 
 /// The audit's file, in the run's folder.
 pub const AUDIT_FILE: &str = "audit.h5";
@@ -336,36 +336,19 @@ impl Audit {
             .map_err(h5)?;
         let attrs = self.attrs();
         for (name, value) in &attrs {
-            let a = match value {
-                Some(AttrValue::U32(v)) => file
-                    .new_attr::<u32>()
-                    .create(*name)
-                    .and_then(|a| a.write_scalar(v).map(|_| a)),
-                Some(AttrValue::U64(v)) => file
-                    .new_attr::<u64>()
-                    .create(*name)
-                    .and_then(|a| a.write_scalar(v).map(|_| a)),
-                Some(AttrValue::F64(v)) => file
-                    .new_attr::<f64>()
-                    .create(*name)
-                    .and_then(|a| a.write_scalar(v).map(|_| a)),
-                Some(AttrValue::Text(t)) => write_text(&file, name, t),
-                None => continue,
-            };
-            a.map_err(h5)?;
+            match value {
+                Some(AttrValue::U32(v)) => write_attr(&file, path, name, v)?,
+                Some(AttrValue::U64(v)) => write_attr(&file, path, name, v)?,
+                Some(AttrValue::F64(v)) => write_attr(&file, path, name, v)?,
+                Some(AttrValue::Text(t)) => write_text_attr(&file, path, name, t)?,
+                None => {}
+            }
         }
         let sealed = digest::run_digest(&attrs);
-        write_text(&file, attr::AUDIT_DIGEST, &digest::hex(&sealed)).map_err(h5)?;
+        write_text_attr(&file, path, attr::AUDIT_DIGEST, &digest::hex(&sealed))?;
         file.flush().map_err(h5)?;
         Ok(sealed)
     }
-}
-
-fn write_text(file: &File, name: &str, value: &str) -> hdf5::Result<hdf5::Attribute> {
-    let v: VarLenUnicode = value.replace('\0', "").parse().expect("no NUL");
-    let a = file.new_attr::<VarLenUnicode>().create(name)?;
-    a.write_scalar(&v)?;
-    Ok(a)
 }
 
 /// An audit read back: what it says and whether its seal holds for these records.

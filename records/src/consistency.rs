@@ -25,15 +25,15 @@ pub use time::{END_TOLERANCE_S, GAP_FACTOR, MAX_THROUGHPUT_FACTOR, MIN_GAP_S};
 /// At most this many problems of one kind are named; the rest are counted.
 const NAMED: usize = 5;
 
-/// Problems of one kind: the first [`NAMED`] in full, then a count.
+/// Problems of one kind: the first [`NAMED`] in full, then a count (also the recount's).
 #[derive(Default)]
-struct Found {
+pub(crate) struct Found {
     lines: Vec<String>,
     more: usize,
 }
 
 impl Found {
-    fn push(&mut self, line: String) {
+    pub(crate) fn push(&mut self, line: String) {
         if self.lines.len() < NAMED {
             self.lines.push(line);
         } else {
@@ -41,7 +41,7 @@ impl Found {
         }
     }
 
-    fn finish(mut self, what: &str) -> Vec<String> {
+    pub(crate) fn finish(mut self, what: &str) -> Vec<String> {
         if self.more > 0 {
             self.lines.push(format!("and {} more {what}", self.more));
         }
@@ -89,7 +89,7 @@ pub fn check(run: &Run) -> Vec<String> {
     let trials = trial_index(run);
     out.extend(epochs(run, &s, dataset, &trials));
     out.extend(trials_agree(run, &trials));
-    out.extend(time::check(run));
+    out.extend(time::check(run, &s.config));
     out
 }
 

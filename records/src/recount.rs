@@ -8,19 +8,16 @@ use std::collections::BTreeMap;
 use aiperf_ir::arch::Graph;
 use aiperf_ir::ops::OpCount;
 
+use crate::consistency::Found;
 use crate::reader::Run;
 use crate::schema::group_file;
-
-/// The most differing rows named one by one; the rest are counted.
-const NAMED: usize = 5;
 
 /// What the recount found wrong, one line each (empty: every row agrees): each model
 /// whose architecture is missing or unreadable once, then the differing rows.
 pub fn recount(run: &Run) -> Vec<String> {
     let mut counts: BTreeMap<u64, Result<OpCount, String>> = BTreeMap::new();
     let mut unreadable: BTreeMap<u64, (String, usize)> = BTreeMap::new();
-    let mut rows = Vec::new();
-    let mut more = 0usize;
+    let mut rows = Found::default();
     for g in &run.groups {
         for (row, e) in g.epochs.iter().enumerate() {
             let count = counts
@@ -36,16 +33,12 @@ pub fn recount(run: &Run) -> Vec<String> {
             let Some(problem) = differs(c, e) else {
                 continue;
             };
-            if rows.len() < NAMED {
-                rows.push(format!(
-                    "{} epochs row {row} (model {}, epoch {}): {problem}",
-                    group_file(g.group),
-                    e.model_id,
-                    e.epoch
-                ));
-            } else {
-                more += 1;
-            }
+            rows.push(format!(
+                "{} epochs row {row} (model {}, epoch {}): {problem}",
+                group_file(g.group),
+                e.model_id,
+                e.epoch
+            ));
         }
     }
     let mut problems: Vec<String> = unreadable
@@ -54,12 +47,7 @@ pub fn recount(run: &Run) -> Vec<String> {
             format!("model {m}: {why}: the operations of its {n} epoch row(s) cannot be recomputed")
         })
         .collect();
-    problems.extend(rows);
-    if more > 0 {
-        problems.push(format!(
-            "and {more} more epoch rows whose operations differ"
-        ));
-    }
+    problems.extend(rows.finish("epoch rows whose operations differ"));
     problems
 }
 

@@ -63,7 +63,8 @@ fn text(s: &str) -> VarLenUnicode {
         .expect("any UTF-8 text without NUL is a valid HDF5 string")
 }
 
-fn write_attr<T: H5Type>(
+/// Writes scalar attribute `name` of `file` (at `path`, for messages).
+pub(crate) fn write_attr<T: H5Type>(
     file: &File,
     path: &Path,
     name: &str,
@@ -75,7 +76,13 @@ fn write_attr<T: H5Type>(
         .map_err(h5(path))
 }
 
-fn write_text_attr(file: &File, path: &Path, name: &str, value: &str) -> Result<(), RecordError> {
+/// Writes text attribute `name` (NUL characters dropped).
+pub(crate) fn write_text_attr(
+    file: &File,
+    path: &Path,
+    name: &str,
+    value: &str,
+) -> Result<(), RecordError> {
     write_attr(file, path, name, &text(&value.replace('\0', "")))
 }
 

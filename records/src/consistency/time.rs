@@ -39,10 +39,10 @@ fn up_time(resumes: &[(f64, f64)], from: f64, to: f64) -> f64 {
     to - from - down
 }
 
-/// Everything time says about `run`.
-pub fn check(run: &Run) -> Vec<String> {
+/// Everything time says about `run`, whose recorded configuration is `config`.
+pub fn check(run: &Run, config: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    out.extend(end_is_deadline(run));
+    out.extend(end_is_deadline(run, config));
     let mut found = Found::default();
     let mut rates = Found::default();
     for g in &run.groups {
@@ -55,10 +55,9 @@ pub fn check(run: &Run) -> Vec<String> {
 }
 
 /// The end against the deadline.
-fn end_is_deadline(run: &Run) -> Option<String> {
+fn end_is_deadline(run: &Run, config: &Value) -> Option<String> {
     let i = &run.info;
     let end = i.end_time_s?;
-    let config: Value = serde_json::from_str(&i.config_json).unwrap_or(Value::Null);
     let Some(duration) = config.pointer("/preset/duration_s").and_then(Value::as_f64) else {
         return Some(
             "the recorded configuration has no preset.duration_s: the deadline is unknown".into(),
