@@ -66,7 +66,8 @@ pub struct DpCheckArgs {
     /// Batch norm on running statistics: the update must then equal one process's.
     #[arg(long)]
     pub frozen_bn: bool,
-    /// The exchange checked: allreduce or reduce-bcast.
+    /// The gradient exchange checked (README, "Data-parallel exchange and dp-check"):
+    /// allreduce, allreduce-pipelined or reduce-bcast.
     #[arg(long, value_enum, default_value = "allreduce")]
     pub exchange: crate::train::exchange::ExchangeMethod,
     /// Bytes per exchange bucket (small values check the pipelined path).
@@ -213,7 +214,12 @@ impl CommBenchArgs {
         range("--min-bytes", self.min_bytes, 1, self.max_bytes)?;
         range("--iters", self.iters, 1, 1_000_000)?;
         range("--warmup", self.warmup, 0, 1_000_000)?;
-        range("--bucket-bytes", self.bucket_bytes, 4, 1 << 34)?;
+        range(
+            "--bucket-bytes",
+            self.bucket_bytes,
+            crate::config::BUCKET_BYTES.0,
+            crate::config::BUCKET_BYTES.1,
+        )?;
         if let Some(g) = self.group_size {
             range("--group-size", g, 1, 1 << 20)?;
         }
@@ -246,7 +252,12 @@ impl DpCheckArgs {
     /// Checks every flag's range.
     pub fn validate(&self) -> anyhow::Result<()> {
         range("--steps", self.steps, 1, 100_000)?;
-        range("--bucket-bytes", self.bucket_bytes, 4, 1 << 34)
+        range(
+            "--bucket-bytes",
+            self.bucket_bytes,
+            crate::config::BUCKET_BYTES.0,
+            crate::config::BUCKET_BYTES.1,
+        )
     }
 }
 

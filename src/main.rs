@@ -11,31 +11,52 @@ fn done(_: ()) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// A check every rank makes alike (its flags): only rank 0 of a launched job reports it.
+fn alike(r: anyhow::Result<()>) -> anyhow::Result<()> {
+    r.map_err(|e| match commands::launcher_rank() {
+        Some(rank) if rank != 0 => commands::Silent.into(),
+        _ => e,
+    })
+}
+
 fn main() -> ExitCode {
     aiperf::platform::keep_freed_memory();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let cli = Cli::parse();
+    // Under a launcher every rank parses the same command line: rank 0 alone prints what
+    // clap has to say (an error, or --help), and every rank exits with clap's status.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            if commands::launcher_rank().unwrap_or(0) == 0 {
+                let _ = e.print();
+            }
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
     let result = match cli.command {
         Command::Doctor(a) => commands::doctor(a.json).map(done),
-        Command::DataCheck(a) => a
-            .validate()
+        Command::DataCheck(a) => alike(a.validate())
             .and_then(|()| commands::data_check(a))
             .map(done),
-        Command::Ops(a) => a.validate().and_then(|()| commands::ops(a)).map(done),
-        Command::SearchSim(a) => a
-            .validate()
+        Command::Ops(a) => alike(a.validate())
+            .and_then(|()| commands::ops(a))
+            .map(done),
+        Command::SearchSim(a) => alike(a.validate())
             .and_then(|()| commands::search_sim(a))
             .map(done),
         Command::Score(a) => {
             aiperf_records::cli::run(&a).map(|outcome| ExitCode::from(outcome.code()))
         }
-        Command::DpCheck(a) => a.validate().and_then(|()| commands::dp_check(&a)).map(done),
+        Command::DpCheck(a) => alike(a.validate())
+            .and_then(|()| commands::dp_check(&a))
+            .map(done),
         Command::Run(a) => commands::run(*a).map(done),
-        Command::CommBench(a) => a
-            .validate()
+        Command::CommBench(a) => alike(a.validate())
             .and_then(|()| commands::comm_bench(a))
             .map(done),
-        Command::Audit(a) => a.validate().and_then(|()| commands::audit(a)).map(done),
+        Command::Audit(a) => alike(a.validate())
+            .and_then(|()| commands::audit(a))
+            .map(done),
     };
     match result {
         Ok(code) => code,

@@ -104,6 +104,16 @@ pub struct Platform {
     pub cpus: usize,
 }
 
+/// Whether this process may create entries in the folder `dir` (`access(W_OK | X_OK)`).
+pub fn writable(dir: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
 /// The path of the first file mapped into this process (/proc/self/maps) whose path
 /// `matches`: how a library loaded from wherever the dynamic loader found it is located.
 pub fn mapped_file(matches: impl Fn(&str) -> bool) -> Option<std::path::PathBuf> {

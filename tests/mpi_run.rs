@@ -525,3 +525,90 @@ fn regression_results_holding_a_run_are_never_overwritten() {
     assert_eq!(std::fs::read(dir.join("primary.h5")).unwrap(), before);
     assert_eq!(std::fs::read(dir.join("group-0.h5")).unwrap(), before);
 }
+
+/// Issue 23: a group's members see the leader's stop at the deadline within one step, with
+/// the simulated trainer too. Here one simulated epoch lasts days (a 1024×1024 input at
+/// 10⁹ ops/s); before the fix the member slept through it while the leader waited for it,
+/// and the job hung until killed.
+#[test]
+fn regression_members_of_a_simulated_group_stop_at_the_deadline() {
+    let _turn = shared();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("r");
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let mut child = spawn(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args(["3", "run", "--trainer", "simulated", "--group-size", "2"])
+            .args([
+                "--duration",
+                "5",
+                "--input",
+                "1024x1024x3",
+                "--speedup",
+                "1",
+            ])
+            .args(["--sim-ops", "1e9", "--results"])
+            .arg(&dir),
+    );
+    // A generous bound: the run's own length is 5 s; a hang lasts the epoch (days).
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed().as_secs() > 300 {
+            let pids = rank_pids(&dir);
+            let _ = Command::new("kill").arg("-KILL").args(&pids).status();
+            let _ = child.kill();
+            panic!("the group's member slept through the stop: killed after 300 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let out = child.wait_with_output().unwrap();
+    // The one trial was cut by the deadline: no epoch finished, so the run closed cleanly
+    // with nothing to score (exit 1, said once).
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("nothing to score").count(), 1, "{err}");
+    assert!(err.contains("abandoned after"), "{err}");
+    let run = read_run(&dir).unwrap();
+    assert!(run.warnings.is_empty(), "{:?}", run.warnings);
+    assert!(run.groups.iter().all(|g| g.epochs.is_empty()));
+    assert!(run.info.end_time_s.is_some() && run.info.run_digest.is_some());
+}
+
+/// Issue 23: one message per mistake under a launcher — clap's parse errors, and the range
+/// errors of the MPI tools, are printed by rank 0 alone, with clap's exit status 2.
+#[test]
+fn regression_parse_and_range_errors_are_printed_once_under_mpirun() {
+    let _turn = shared();
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["run", "--no-such-flag"],
+            "unexpected argument '--no-such-flag'",
+        ),
+        (&["run", "--duration", "soon"], "invalid value 'soon'"),
+        (&["dp-check", "--steps", "0"], "--steps"),
+        (&["comm-bench", "--iters", "0"], "--iters"),
+    ];
+    for (args, says) in cases {
+        let out = output(
+            Command::new(&launcher)
+                .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+                .arg("3")
+                .args(args),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert_eq!(err.matches(says).count(), 1, "{args:?}: {err}");
+    }
+    // --help is printed once too.
+    let out = output(
+        Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args(["3", "run", "--help"]),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let once = "Print the resolved configuration";
+    assert_eq!(text.matches(once).count(), 1, "{text}");
+}

@@ -164,6 +164,8 @@ fn real_training_under_mpirun_with_groups_of_two_and_three_ranks() {
         let flags = [&["--duration", "25", "--trace-steps", "2"][..], paths].concat();
         let (out, err) = run(np, &data, &results, &flags);
         assert!(out.contains("score (sustained)"), "{out}");
+        // An info line every trainer would log alike appears once (issue 23).
+        assert_eq!(err.matches("gradient exchange on").count(), 1, "{err}");
         assert!(
             err.contains(&format!("bit-identical on all {ranks} ranks")),
             "{err}"
@@ -283,7 +285,6 @@ fn sigterm_abandons_the_epoch_in_progress_and_closes_the_records() {
 /// Runs `aiperf run` (real trainer, 3 ranks) expecting it to fail; returns its stderr.
 fn run_failing(data: &Path, results: &Path, extra: &[&str]) -> String {
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let started = std::time::Instant::now();
     let out = output(
         Command::new(&launcher)
             .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
@@ -295,10 +296,19 @@ fn run_failing(data: &Path, results: &Path, extra: &[&str]) -> String {
     );
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success(), "{err}");
+    err
+}
+
+/// A run refused before it starts: nothing recorded, one error line (said once, however
+/// many ranks found it), and no resume hint (there is nothing to resume).
+fn refused(data: &Path, results: &Path, extra: &[&str]) -> String {
+    let err = run_failing(data, results, extra);
     assert!(
-        started.elapsed().as_secs() < 60,
-        "refused before running: {err}"
+        !results.join("primary.h5").exists(),
+        "nothing recorded: {err}"
     );
+    assert_eq!(err.matches("aiperf: error:").count(), 1, "said once: {err}");
+    assert!(!err.contains("--resume"), "no resume hint: {err}");
     err
 }
 
@@ -314,7 +324,7 @@ fn quadrants(tmp: &Path, train: usize) -> std::path::PathBuf {
 fn regression_batch_size_range_too_large_for_train_images_is_refused_before_the_run() {
     let tmp = tempfile::tempdir().unwrap();
     let data = quadrants(tmp.path(), 200);
-    let err = run_failing(
+    let err = refused(
         &data,
         &tmp.path().join("r"),
         &["--batch-size", "8:256", "--train-images", "100"],
@@ -331,7 +341,7 @@ fn autocast_precisions_are_refused_on_a_cpu_rank_by_name() {
     let tmp = tempfile::tempdir().unwrap();
     let data = quadrants(tmp.path(), 200);
     for precision in ["fp16", "bf16"] {
-        let err = run_failing(
+        let err = refused(
             &data,
             &tmp.path().join(precision),
             &["--precision", precision],
@@ -352,7 +362,7 @@ fn regression_a_corrupted_pack_is_refused_at_open() {
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[4096 + 77] ^= 0x10;
     std::fs::write(&path, bytes).unwrap();
-    let err = run_failing(&data, &tmp.path().join("r"), &["--duration", "20"]);
+    let err = refused(&data, &tmp.path().join("r"), &["--duration", "20"]);
     assert!(
         err.contains("checksum mismatch") && err.contains("train.aipk"),
         "{err}"
@@ -369,7 +379,7 @@ fn regression_crop_flip_padding_larger_than_the_images_is_refused() {
     preset["train"]["augment"] = serde_json::json!({"crop_flip": {"pad": 40}});
     let file = tmp.path().join("pad40.json");
     std::fs::write(&file, preset.to_string()).unwrap();
-    let err = run_failing(
+    let err = refused(
         &data,
         &tmp.path().join("r"),
         &["--config", file.to_str().unwrap()],
@@ -397,6 +407,46 @@ fn regression_one_rank_groups_exchange_no_bytes() {
     assert!(
         rows.iter().all(|e| e.allreduce_bytes == 0),
         "one rank exchanges nothing"
+    );
+}
+
+/// Issue 23: counts beyond the pack, a validation crop that cannot fit and a `--results`
+/// that is a file are refused before the run starts, once, without a resume hint.
+#[test]
+fn regression_what_the_data_and_the_folder_cannot_give_is_refused_before_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = quadrants(tmp.path(), 200);
+    let r = tmp.path().join("r");
+    let err = refused(&data, &r, &["--train-images", "100000000"]);
+    assert!(
+        err.contains("--train-images 100000000")
+            && err.contains("more than the 200 images")
+            && err.contains("train.aipk")
+            && err.contains("use at most 200"),
+        "{err}"
+    );
+    let err = refused(&data, &r, &["--val-images", "49"]);
+    assert!(
+        err.contains("--val-images 49") && err.contains("val.aipk"),
+        "{err}"
+    );
+    let printed =
+        output(Command::new(env!("CARGO_BIN_EXE_aiperf")).args(["run", "--print-config"]));
+    let mut preset: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap();
+    preset["train"]["val_augment"] = serde_json::json!({"center_crop": {"size": 64}});
+    let file = tmp.path().join("crop64.json");
+    std::fs::write(&file, preset.to_string()).unwrap();
+    let err = refused(&data, &r, &["--config", file.to_str().unwrap()]);
+    assert!(
+        err.contains("train.val_augment") && err.contains("center-crop 64"),
+        "{err}"
+    );
+    let file_not_folder = tmp.path().join("a-file");
+    std::fs::write(&file_not_folder, "x").unwrap();
+    let err = refused(&data, &file_not_folder.join("sub"), &[]);
+    assert!(
+        err.contains("--results") && err.contains("is not a folder"),
+        "{err}"
     );
 }
 

@@ -140,6 +140,10 @@ pub fn all_gather_strings<C: Communicator>(world: &C, mine: &str) -> Vec<String>
         })
         .collect();
     let total: usize = lens.iter().map(|&l| l as usize).sum();
+    if total == 0 {
+        // Nothing to gather (OpenMPI refuses a gather of empty buffers).
+        return vec![String::new(); size];
+    }
     let mut all = vec![0u8; total];
     {
         let mut part = PartitionMut::new(&mut all[..], &lens[..], &displs[..]);

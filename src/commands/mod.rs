@@ -22,9 +22,22 @@ pub use run::run;
 #[error("failed (another rank reported why)")]
 pub struct Silent;
 
-/// Collective: each rank's outcome of a set-up step; if any failed, each failing rank
-/// names itself (and its host) in its error and the others fail silently (no rank waits for
-/// a collective).
+/// This process's rank as its launcher announces it (OpenMPI, PMIx, MPICH's PMI, SLURM),
+/// read before MPI is initialised; `None` outside a launched job.
+pub fn launcher_rank() -> Option<u32> {
+    [
+        "OMPI_COMM_WORLD_RANK",
+        "PMIX_RANK",
+        "PMI_RANK",
+        "SLURM_PROCID",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
+/// Collective: each rank's outcome of a set-up step. If any failed, rank 0 prints each
+/// distinct error once, naming the ranks (and hosts) that found it, and every rank fails —
+/// the others silently; no rank waits for a collective.
 pub(crate) fn agree<T>(
     world: &mpi::topology::SimpleCommunicator,
     mine: anyhow::Result<T>,
@@ -32,17 +45,51 @@ pub(crate) fn agree<T>(
     use mpi::collective::{CommunicatorCollectives, SystemOperation};
     use mpi::traits::Communicator;
     let ok = i32::from(mine.is_ok());
-    let mut all = 0i32;
-    world.all_reduce_into(&ok, &mut all, SystemOperation::min());
-    match mine {
-        Err(e) => Err(e.context(format!(
-            "rank {} on {}",
-            world.rank(),
-            crate::cluster::bootstrap::host_name()
-        ))),
-        Ok(_) if all == 0 => Err(Silent.into()),
-        Ok(v) => Ok(v),
+    let mut all_ok = 0i32;
+    world.all_reduce_into(&ok, &mut all_ok, SystemOperation::min());
+    if all_ok == 1 {
+        return mine;
     }
+    let text = mine.as_ref().err().map(|e| format!("{e:#}"));
+    let host = crate::cluster::bootstrap::host_name();
+    // "host NUL error", or nothing when this rank succeeded.
+    let entry = text.map_or(String::new(), |t| format!("{host}\0{t}"));
+    let all = crate::cluster::transport::all_gather_strings(world, &entry);
+    if world.rank() != 0 {
+        return Err(Silent.into());
+    }
+    Err(anyhow::Error::msg(merge_errors(&all)))
+}
+
+/// Each distinct error once, in rank order of first appearance, prefixed by who found it:
+/// `rank 2 on node-b: …`, `ranks 1, 2 on node-a: …`, `ranks 1 on node-a, 3 on node-b: …`.
+fn merge_errors(entries: &[String]) -> String {
+    let mut found: Vec<(&str, Vec<(usize, &str)>)> = Vec::new();
+    for (rank, e) in entries.iter().enumerate() {
+        let Some((host, msg)) = e.split_once('\0') else {
+            continue;
+        };
+        match found.iter_mut().find(|(m, _)| *m == msg) {
+            Some((_, who)) => who.push((rank, host)),
+            None => found.push((msg, vec![(rank, host)])),
+        }
+    }
+    found
+        .iter()
+        .map(|(msg, who)| {
+            let one_host = who.iter().all(|(_, h)| *h == who[0].1);
+            let names = if one_host {
+                let ranks: Vec<String> = who.iter().map(|(r, _)| r.to_string()).collect();
+                format!("{} on {}", ranks.join(", "), who[0].1)
+            } else {
+                let each: Vec<String> = who.iter().map(|(r, h)| format!("{r} on {h}")).collect();
+                each.join(", ")
+            };
+            let noun = if who.len() == 1 { "rank" } else { "ranks" };
+            format!("{noun} {names}: {msg}")
+        })
+        .collect::<Vec<_>>()
+        .join("\naiperf: error: ")
 }
 
 /// The records folder of the run in progress, for the panic hook's message.
@@ -80,4 +127,26 @@ pub fn init_mpi() -> anyhow::Result<Universe> {
 /// Remembers the records folder for the panic hook's message.
 fn set_results_hint(dir: &std::path::Path) {
     let _ = RESULTS.set(dir.display().to_string());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge_errors;
+
+    #[test]
+    fn one_line_per_distinct_error_naming_its_ranks_and_hosts() {
+        let e = |h: &str, m: &str| format!("{h}\0{m}");
+        let all = [
+            String::new(),
+            e("a", "no data"),
+            e("a", "no data"),
+            e("b", "no GPU"),
+            e("b", "no data"),
+        ];
+        assert_eq!(
+            merge_errors(&all),
+            "ranks 1 on a, 2 on a, 4 on b: no data\naiperf: error: rank 3 on b: no GPU"
+        );
+        assert_eq!(merge_errors(&all[..3]), "ranks 1, 2 on a: no data");
+    }
 }

@@ -95,10 +95,19 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         .map_or(Color::undefined(), |g| Color::with_value(g as i32));
     let group_comm = world.split_by_color(color);
     if let Err(e) = run_role(&world, group_comm.as_ref(), &place, &ctx, &config, &start) {
+        // Resuming helps only where the run has records to resume from.
+        let hint = if results.join(aiperf_records::schema::PRIMARY_FILE).is_file() {
+            format!(
+                "\naiperf: the records written so far in {} stay readable; continue the run with `aiperf run --resume {}`",
+                results.display(),
+                results.display()
+            )
+        } else {
+            String::new()
+        };
         eprintln!(
-            "aiperf: error: rank {rank}: {e:#}\naiperf: the records written so far in {} stay readable; continue the run with `aiperf run --resume {}`",
-            results.display(),
-            results.display()
+            "aiperf: error: rank {rank} on {}: {e:#}{hint}",
+            bootstrap::host_name()
         );
         world.abort(1);
     }
@@ -112,9 +121,15 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
 
 /// Rank 0, for a fresh run: `dir` must not hold a run's records — aiperf never replaces them.
 fn fresh_results(dir: &Path) -> anyhow::Result<()> {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(()); // created later (or refused there, naming the folder)
-    };
+    if !dir.exists() {
+        return creatable(dir);
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        anyhow::anyhow!(
+            "--results {}: {e} (give a folder aiperf may read and write)",
+            dir.display()
+        )
+    })?;
     let records: Vec<String> = entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| {
@@ -129,6 +144,34 @@ fn fresh_results(dir: &Path) -> anyhow::Result<()> {
             if records.len() > 1 { ", …" } else { "" },
             dir.display()
         );
+    }
+    Ok(())
+}
+
+/// Whether the folder `dir` (absent) can be created: its nearest existing ancestor must be
+/// a writable folder. Checked before the run starts, so the run never fails there later.
+fn creatable(dir: &Path) -> anyhow::Result<()> {
+    let mut at = dir;
+    let ancestor = loop {
+        match at.parent() {
+            Some(p) if p.as_os_str().is_empty() => break Path::new("."),
+            Some(p) if p.exists() => break p,
+            Some(p) => at = p,
+            None => break Path::new("/"),
+        }
+    };
+    let refuse = |why: &str| {
+        anyhow::anyhow!(
+            "--results {}: cannot be created: {} {why} (give another folder)",
+            dir.display(),
+            ancestor.display()
+        )
+    };
+    if !ancestor.is_dir() {
+        return Err(refuse("is not a folder"));
+    }
+    if !crate::platform::writable(ancestor) {
+        return Err(refuse("is not writable"));
     }
     Ok(())
 }
@@ -301,7 +344,12 @@ fn trainer(
 ) -> anyhow::Result<(Box<dyn Trainer>, Graph, DatasetIdentity)> {
     let (inner, start, dataset): (Box<dyn Trainer>, Graph, DatasetIdentity) = match config.trainer {
         TrainerKind::Simulated | TrainerKind::Emulated => synthetic_trainer(config)?,
-        TrainerKind::Real => real_trainer(config, place)?,
+        TrainerKind::Real => {
+            // Lines every trainer would log alike are logged by the first one only.
+            let rank = world.rank() as usize;
+            let first = place.layout.group_of.iter().position(Option::is_some) == Some(rank);
+            real_trainer(config, place, first, flags)?
+        }
     };
     let trainer = match flags.fault {
         Some(fault) => {
@@ -371,6 +419,8 @@ fn start_graph(name: &str, input: arch::Shape, classes: u32) -> anyhow::Result<G
 fn real_trainer(
     config: &RecordedConfig,
     place: &Placement,
+    first: bool,
+    flags: &RunFlags,
 ) -> anyhow::Result<(Box<dyn Trainer>, Graph, DatasetIdentity)> {
     let p = &config.preset;
     let dir = config.data_dir();
@@ -388,7 +438,29 @@ fn real_trainer(
             dir.display()
         )
     })?;
+    p.train
+        .val_augment
+        .check_fits(h.height, h.width)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "train.val_augment of preset {}: {e} of {}",
+                p.name,
+                dir.display()
+            )
+        })?;
     let (oh, ow) = p.train.augment.output_hw(h.height, h.width);
+    let val_hw = p.train.val_augment.output_hw(h.height, h.width);
+    if val_hw != (oh, ow) {
+        bail!(
+            "preset {}: train.augment makes {oh}x{ow} inputs but train.val_augment {}x{} from the {}x{} images of {}: validation must see the training's input size",
+            p.name,
+            val_hw.0,
+            val_hw.1,
+            h.height,
+            h.width,
+            dir.display()
+        );
+    }
     let start = start_graph(
         &p.start,
         arch::Shape::new(h.channels, oh, ow),
@@ -400,6 +472,7 @@ fn real_trainer(
             dir.display()
         );
     }
+    check_counts(flags, &dir, h.num_samples, val.header().num_samples)?;
     check_batch_fits(config, place, h.num_samples)?;
     if p.train.precision.autocasts() && place.device == tch::Device::Cpu && place.local.is_some() {
         bail!(
@@ -420,7 +493,9 @@ fn real_trainer(
     };
     // A staging the device cannot use fails here, before anything runs.
     let staging = p.train.exchange.staging.resolve(place.device)?;
-    log::info!("gradient exchange on {}", staging.describe());
+    if first {
+        log::info!("gradient exchange on {}", staging.describe());
+    }
     let real = RealTrainer {
         cfg: p.train.clone(),
         device: place.device,
@@ -428,6 +503,25 @@ fn real_trainer(
         val_pack: val,
     };
     Ok((Box::new(real), start, identity))
+}
+
+/// The images an epoch is asked for by flag must exist in the packs — checked before
+/// anything runs. (A preset's own counts are caps: the built-in presets' subsets of the
+/// official datasets, taken whole from a smaller pack.)
+fn check_counts(flags: &RunFlags, dir: &Path, train: u64, val: u64) -> anyhow::Result<()> {
+    let asked = [
+        ("--train-images", "train", flags.train_images, train),
+        ("--val-images", "val", flags.val_images, val),
+    ];
+    for (flag, split, n, have) in asked {
+        if let Some(n) = n.filter(|&n| n as u64 > have) {
+            bail!(
+                "{flag} {n} is more than the {have} images of {}: use at most {have}, or leave it out for all of them",
+                dir.join(format!("{split}.aipk")).display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Every batch size TPE may draw must make at least one global batch of the group from

@@ -54,8 +54,8 @@ pub struct RunFlags {
     /// autocast in bfloat16); the autocast ones are an error on CPU.
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
-    /// The gradient exchange: allreduce (bucketed, pipelined MPI_Iallreduce) or
-    /// reduce-bcast (one reduce and one broadcast, the fallback) [default: allreduce].
+    /// The gradient exchange (README, "Data-parallel exchange and dp-check"): allreduce,
+    /// allreduce-pipelined or reduce-bcast [default: allreduce].
     #[arg(long, value_enum)]
     pub exchange: Option<crate::train::exchange::ExchangeMethod>,
     /// Bytes per exchange bucket (the first bucket 1 MiB, or less if this is less)

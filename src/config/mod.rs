@@ -11,7 +11,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 pub use flags::{parse_batch_size, RunFlags};
-pub use preset::{Preset, MAX_BATCH, MAX_DURATION_S, MAX_EPOCHS, PRESETS};
+pub use preset::{
+    Preset, BUCKET_BYTES, DATASETS, MAX_BATCH, MAX_DURATION_S, MAX_EPOCHS, MAX_LOADER_WORKERS,
+    MAX_TRACE_STEPS, MIN_SECONDS, PRESETS, STARTS,
+};
 
 use crate::arch::Shape;
 use crate::train::exchange::DEFAULT_FIRST_BUCKET_BYTES;
@@ -187,7 +190,7 @@ fn training_overrides(t: &mut crate::train::TrainConfig, f: &RunFlags) -> Result
         t.precision = x;
     }
     if let Some(n) = f.trace_steps {
-        t.trace_steps = count_in("--trace-steps", n, 0, 1 << 20)?;
+        t.trace_steps = count_in("--trace-steps", n, 0, u64::from(MAX_TRACE_STEPS))?;
     }
     if let Some(m) = f.exchange {
         t.exchange.method = m;
@@ -199,10 +202,10 @@ fn training_overrides(t: &mut crate::train::TrainConfig, f: &RunFlags) -> Result
         t.augment_on = a;
     }
     if let Some(n) = f.loader_workers {
-        t.loader_workers = count_in("--loader-workers", n, 1, 256)? as usize;
+        t.loader_workers = count_in("--loader-workers", n, 1, MAX_LOADER_WORKERS as u64)? as usize;
     }
     if let Some(b) = f.bucket_bytes {
-        let b = count_in("--bucket-bytes", b, 4, 1 << 34)?;
+        let b = count_in("--bucket-bytes", b, BUCKET_BYTES.0, BUCKET_BYTES.1)?;
         t.exchange.bucket_bytes = b;
         t.exchange.first_bucket_bytes = b.min(DEFAULT_FIRST_BUCKET_BYTES);
     }
@@ -253,12 +256,18 @@ impl RecordedConfig {
         let mut p = Preset::load(f.config.as_deref().unwrap_or("fashion-mnist"))
             .map_err(ConfigError::Preset)?;
         if let Some(d) = f.duration {
-            p.duration_s = in_range("--duration", d, 1e-3, MAX_DURATION_S, " seconds")?;
+            p.duration_s = in_range("--duration", d, MIN_SECONDS, MAX_DURATION_S, " seconds")?;
         }
         if let Some(e) = f.epochs {
             p.epochs = count_in("--epochs", e, 1, u64::from(MAX_EPOCHS))?;
         }
         if let Some(s) = &f.start {
+            if !STARTS.contains(&s.as_str()) {
+                return Err(flag_err(
+                    "--start",
+                    format!("{s:?}: use one of {}", STARTS.join(", ")),
+                ));
+            }
             p.start.clone_from(s);
         }
         if let Some(n) = f.train_images {
@@ -280,7 +289,13 @@ impl RecordedConfig {
         }
         training_overrides(&mut p.train, f)?;
         if let Some(i) = f.score_interval {
-            p.score_interval_s = in_range("--score-interval", i, 1e-3, MAX_DURATION_S, " seconds")?;
+            p.score_interval_s = in_range(
+                "--score-interval",
+                i,
+                MIN_SECONDS,
+                MAX_DURATION_S,
+                " seconds",
+            )?;
         }
         p.validate().map_err(ConfigError::Override)?;
         let sim = sim_settings(f)?;

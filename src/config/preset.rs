@@ -54,6 +54,23 @@ pub const MAX_EPOCHS: u32 = 10_000;
 /// The largest per-rank batch size.
 pub const MAX_BATCH: u32 = 65_536;
 
+/// The largest `train.trace_steps` (`--trace-steps`).
+pub const MAX_TRACE_STEPS: u32 = 1 << 20;
+/// The smallest and largest exchange bucket, bytes (`train.exchange.bucket_bytes`,
+/// `--bucket-bytes`; also the range of `first_bucket_bytes`).
+pub const BUCKET_BYTES: (u64, u64) = (4, 1 << 34);
+/// The most loader threads per rank (`train.loader_workers`, `--loader-workers`).
+pub const MAX_LOADER_WORKERS: usize = 256;
+/// The deepest loader prefetch, batches per worker.
+pub const MAX_PREFETCH: usize = 64;
+/// The shortest run and score interval a preset or flag may give, seconds.
+pub const MIN_SECONDS: f64 = 1e-3;
+/// The datasets `aiperf-data-prep` packs: a preset's `dataset` names one of them (it picks
+/// the default data folder; `--data` points at any folder of packs).
+pub const DATASETS: [&str; 4] = ["fashion-mnist", "mnist", "cifar10", "imagenet"];
+/// The start architectures (`aiperf ops --arch` names).
+pub const STARTS: [&str; 4] = ["resnet8", "resnet20", "resnet18", "resnet50"];
+
 /// The built-in presets' names.
 pub const PRESETS: [&str; 3] = ["fashion-mnist", "cifar10", "imagenet"];
 
@@ -170,13 +187,43 @@ impl Preset {
         Ok(p)
     }
 
-    /// Checks the ranges a run needs.
+    /// Checks every field's range: the one check for built-in presets, preset files and
+    /// the flags that override them (the flags' own messages use the same limits).
     pub fn validate(&self) -> Result<(), String> {
-        let t = &self.train;
-        if !positive(self.duration_s) || self.duration_s > MAX_DURATION_S {
+        self.check_run()?;
+        check_train(&self.train)
+    }
+
+    /// The run's fields: names, length, budgets and the search space.
+    fn check_run(&self) -> Result<(), String> {
+        if self.name.trim().is_empty() {
+            return Err("name must not be empty".into());
+        }
+        if !DATASETS.contains(&self.dataset.as_str()) {
             return Err(format!(
-                "duration_s must be positive and at most {MAX_DURATION_S:e} s (a year), got {}",
+                "dataset must be one of {} (the datasets aiperf-data-prep packs; --data points at any folder of packs), got {:?}",
+                DATASETS.join(", "),
+                self.dataset
+            ));
+        }
+        if !STARTS.contains(&self.start.as_str()) {
+            return Err(format!(
+                "start must be one of {}, got {:?}",
+                STARTS.join(", "),
+                self.start
+            ));
+        }
+        let seconds = MIN_SECONDS..=MAX_DURATION_S;
+        if !seconds.contains(&self.duration_s) {
+            return Err(format!(
+                "duration_s must be from {MIN_SECONDS} to {MAX_DURATION_S:e} s (a year), got {}",
                 self.duration_s
+            ));
+        }
+        if !seconds.contains(&self.score_interval_s) {
+            return Err(format!(
+                "score_interval_s must be from {MIN_SECONDS} to {MAX_DURATION_S:e} s, got {}",
+                self.score_interval_s
             ));
         }
         if self.epochs == 0 || self.epochs > MAX_EPOCHS {
@@ -185,8 +232,11 @@ impl Preset {
                 self.epochs
             ));
         }
-        if !positive(self.patience_scale) {
-            return Err("patience_scale must be positive".into());
+        if !positive(self.patience_scale) || self.patience_scale > 1e3 {
+            return Err(format!(
+                "patience_scale must be positive and at most 1000, got {}",
+                self.patience_scale
+            ));
         }
         if self.batch_size.0 == 0
             || self.batch_size.0 > self.batch_size.1
@@ -203,32 +253,6 @@ impl Preset {
                 self.kernel_sizes
             ));
         }
-        if !positive(t.lr_per_256) || !(0.0..1.0).contains(&t.momentum) {
-            return Err("train.lr_per_256 must be positive and train.momentum in [0, 1)".into());
-        }
-        if !non_negative(t.weight_decay) || !(0.0..1.0).contains(&t.label_smoothing) {
-            return Err(
-                "train.weight_decay must be >= 0 and train.label_smoothing in [0, 1)".into(),
-            );
-        }
-        if !non_negative(t.warmup_epochs) {
-            return Err("train.warmup_epochs must be >= 0".into());
-        }
-        if t.train_images == Some(0) || t.val_images == Some(0) || t.val_batch == 0 {
-            return Err("train.train_images, train.val_images and train.val_batch must be at least 1 (or null for all images)".into());
-        }
-        if t.loader_workers == 0 || t.prefetch == 0 {
-            return Err("train.loader_workers and train.prefetch must be at least 1".into());
-        }
-        if !positive(self.score_interval_s) {
-            return Err("score_interval_s must be positive".into());
-        }
-        t.augment
-            .check_params()
-            .map_err(|e| format!("train.augment: {e}"))?;
-        t.val_augment
-            .check_params()
-            .map_err(|e| format!("train.val_augment: {e}"))?;
         Ok(())
     }
 
@@ -242,6 +266,64 @@ impl Preset {
             kernel_size: self.kernel_sizes.first().copied().unwrap_or(3),
         }
     }
+}
+
+/// The training settings' ranges.
+fn check_train(t: &TrainConfig) -> Result<(), String> {
+    if !positive(t.lr_per_256) || !(0.0..1.0).contains(&t.momentum) {
+        return Err("train.lr_per_256 must be positive and train.momentum in [0, 1)".into());
+    }
+    if !non_negative(t.weight_decay) || !(0.0..1.0).contains(&t.label_smoothing) {
+        return Err("train.weight_decay must be >= 0 and train.label_smoothing in [0, 1)".into());
+    }
+    if !non_negative(t.warmup_epochs) || t.warmup_epochs > f64::from(MAX_EPOCHS) {
+        return Err(format!(
+            "train.warmup_epochs must be from 0 to {MAX_EPOCHS}, got {}",
+            t.warmup_epochs
+        ));
+    }
+    if t.train_images == Some(0) || t.val_images == Some(0) {
+        return Err(
+            "train.train_images and train.val_images must be at least 1 (or null for all images)"
+                .into(),
+        );
+    }
+    if t.val_batch == 0 || t.val_batch > MAX_BATCH as usize {
+        return Err(format!(
+            "train.val_batch must be in 1..={MAX_BATCH}, got {}",
+            t.val_batch
+        ));
+    }
+    if !(1..=MAX_LOADER_WORKERS).contains(&t.loader_workers)
+        || !(1..=MAX_PREFETCH).contains(&t.prefetch)
+    {
+        return Err(format!(
+            "train.loader_workers must be in 1..={MAX_LOADER_WORKERS} and train.prefetch in 1..={MAX_PREFETCH}, got {} and {}",
+            t.loader_workers, t.prefetch
+        ));
+    }
+    if t.trace_steps > MAX_TRACE_STEPS {
+        return Err(format!(
+            "train.trace_steps must be in 0..={MAX_TRACE_STEPS}, got {}",
+            t.trace_steps
+        ));
+    }
+    let x = &t.exchange;
+    let (lo, hi) = BUCKET_BYTES;
+    if !(lo..=hi).contains(&x.bucket_bytes)
+        || !(lo..=x.bucket_bytes).contains(&x.first_bucket_bytes)
+    {
+        return Err(format!(
+            "train.exchange.bucket_bytes must be in {lo}..={hi} and first_bucket_bytes in {lo}..=bucket_bytes, got {} and {}",
+            x.bucket_bytes, x.first_bucket_bytes
+        ));
+    }
+    t.augment
+        .check_params()
+        .map_err(|e| format!("train.augment: {e}"))?;
+    t.val_augment
+        .check_params()
+        .map_err(|e| format!("train.val_augment: {e}"))
 }
 
 #[cfg(test)]

@@ -437,3 +437,88 @@ fn auto_augmentation_follows_the_device() {
     assert_eq!(AugmentOn::Cpu.output(Device::Cpu), Output::Host);
     assert_eq!(AugmentOn::Device.output(Device::Cpu), Output::Device);
 }
+
+/// Issue 23: a preset file and the flags go through one validation: what the flags refuse,
+/// a preset file refuses too, naming the field (the corpus's four cases first).
+#[test]
+fn regression_preset_files_are_refused_what_the_flags_refuse() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = serde_json::to_value(Preset::builtin("fashion-mnist").unwrap()).unwrap();
+    let cases: [(&str, serde_json::Value, &str); 9] = [
+        ("/train/exchange/bucket_bytes", 0.into(), "bucket_bytes"),
+        (
+            "/train/exchange/first_bucket_bytes",
+            0.into(),
+            "first_bucket_bytes",
+        ),
+        ("/train/trace_steps", 4_294_967_295u64.into(), "trace_steps"),
+        ("/dataset", "bogus".into(), "dataset"),
+        ("/start", "resnet7".into(), "start"),
+        ("/train/loader_workers", 100_000.into(), "loader_workers"),
+        ("/train/val_batch", 10_000_000.into(), "val_batch"),
+        ("/duration_s", 1e-9.into(), "duration_s"),
+        ("/score_interval_s", 1e-9.into(), "score_interval_s"),
+    ];
+    for (pointer, value, field) in cases {
+        let mut p = base.clone();
+        *p.pointer_mut(pointer).unwrap() = value.clone();
+        let path = tmp.path().join("p.json");
+        std::fs::write(&path, p.to_string()).unwrap();
+        let e = fresh_err(RunFlags {
+            config: Some(path.to_str().unwrap().into()),
+            ..flags()
+        });
+        assert!(
+            e.contains("p.json") && e.contains(field),
+            "{pointer} = {value}: {e}"
+        );
+    }
+    // The same limits, through the flags, name the flag.
+    let flag_cases = [
+        (
+            RunFlags {
+                bucket_bytes: Some(0),
+                ..flags()
+            },
+            "--bucket-bytes",
+        ),
+        (
+            RunFlags {
+                trace_steps: Some(u32::MAX),
+                ..flags()
+            },
+            "--trace-steps",
+        ),
+        (
+            RunFlags {
+                start: Some("resnet7".into()),
+                ..flags()
+            },
+            "--start",
+        ),
+        (
+            RunFlags {
+                duration: Some(1e-9),
+                ..flags()
+            },
+            "--duration",
+        ),
+    ];
+    for (f, flag) in flag_cases {
+        let e = fresh_err(f);
+        assert!(e.starts_with(flag), "{flag}: {e}");
+    }
+    // The largest values both ways accept are accepted by both.
+    let mut p = base.clone();
+    p["train"]["trace_steps"] = MAX_TRACE_STEPS.into();
+    p["train"]["exchange"]["bucket_bytes"] = BUCKET_BYTES.1.into();
+    let path = tmp.path().join("max.json");
+    std::fs::write(&path, p.to_string()).unwrap();
+    let f = RunFlags {
+        config: Some(path.to_str().unwrap().into()),
+        trace_steps: Some(MAX_TRACE_STEPS),
+        bucket_bytes: Some(BUCKET_BYTES.1),
+        ..flags()
+    };
+    RecordedConfig::fresh(&f).unwrap();
+}

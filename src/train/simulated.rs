@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 use serde::{Deserialize, Serialize};
@@ -130,7 +131,13 @@ pub struct SimulatedTrainer {
     pub seed: u64,
 }
 
-struct SimRun {
+/// The shortest and longest wall time between two stop checks of a simulated epoch: one
+/// simulated step, held between these bounds so that short steps do not flood the group
+/// with collectives and long ones still see a stop promptly.
+const STOP_TICK_S: (f64, f64) = (0.01, 0.05);
+
+struct SimRun<'c> {
+    comm: &'c SimpleCommunicator,
     trial: SimTrial,
     images: (u64, u64),
     steps: u64,
@@ -146,6 +153,7 @@ impl Trainer for SimulatedTrainer {
     ) -> Result<Box<dyn TrialRun + 'c>, TrainError> {
         let trial = SimTrial::for_group(spec, comm, self.device.ops_per_s, self.images, self.seed)?;
         Ok(Box::new(SimRun {
+            comm,
             steps: trial.steps(),
             trial,
             images: self.images,
@@ -158,14 +166,34 @@ impl Trainer for SimulatedTrainer {
     }
 }
 
-impl TrialRun for SimRun {
+impl SimRun<'_> {
+    /// Whether any rank of the group raised its stop flag: every rank calls this at the
+    /// same ticks, so the group's members see the leader's stop as the real trainer's do
+    /// inside the exchange.
+    fn any_stop(&self, mine: bool) -> bool {
+        let mut any = 0u8;
+        self.comm
+            .all_reduce_into(&u8::from(mine), &mut any, SystemOperation::max());
+        any != 0
+    }
+}
+
+impl TrialRun for SimRun<'_> {
     fn epoch(&mut self, epoch: u32, stop: &dyn Fn() -> bool) -> Result<EpochStats, TrainError> {
         let e = self.trial.epoch(epoch);
-        let seconds = e.seconds / self.speedup;
+        let seconds = (e.seconds / self.speedup).min(1e9);
+        // The epoch is waited out in ticks of about one step; after each the group agrees
+        // on the stop flag. Every rank counts the same ticks (the same epoch time).
+        let step = seconds / self.steps.max(1) as f64;
+        let tick = step.clamp(STOP_TICK_S.0, STOP_TICK_S.1);
+        let ticks = (seconds / tick).ceil().max(1.0) as u64;
         let began = Instant::now();
-        let until = began + Duration::from_secs_f64(seconds.min(1e9));
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            if stop() {
+        for k in 1..=ticks {
+            let until = began + Duration::from_secs_f64((k as f64 * tick).min(seconds));
+            if let Some(left) = until.checked_duration_since(Instant::now()) {
+                std::thread::sleep(left);
+            }
+            if k < ticks && self.any_stop(stop()) {
                 let spent = began.elapsed().as_secs_f64();
                 return Ok(EpochStats {
                     compute_s: spent,
@@ -174,7 +202,6 @@ impl TrialRun for SimRun {
                     ..EpochStats::default()
                 });
             }
-            std::thread::sleep(left.min(Duration::from_millis(50)));
         }
         Ok(EpochStats {
             train_images: self.images.0,
