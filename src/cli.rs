@@ -157,8 +157,8 @@ pub struct DataCheckArgs {
     /// Folder holding train.aipk / val.aipk (from aiperf-data-prep).
     #[arg(long)]
     pub data: PathBuf,
-    /// Split to load.
-    #[arg(long, default_value = "train")]
+    /// Split to load: train or val.
+    #[arg(long, default_value = "train", value_parser = ["train", "val"])]
     pub split: String,
     /// Global batch size.
     #[arg(long, default_value_t = 256)]

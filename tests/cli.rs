@@ -406,3 +406,22 @@ fn regression_data_check_crop_flip_padding_beyond_the_images_is_an_error() {
         &["crop-flip padding 40", "6x6"],
     );
 }
+
+/// Issue 23: `data-check --split test` says which splits there are, with clap's usage
+/// status 2.
+#[test]
+fn regression_data_check_names_the_splits_it_knows() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_split(tmp.path(), "train", 10);
+    let out = aiperf()
+        .args(["data-check", "--split", "test", "--data"])
+        .arg(tmp.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("'test'") && err.contains("possible values: train, val"),
+        "{err}"
+    );
+}

@@ -7,14 +7,14 @@ use std::path::PathBuf;
 /// Why a conversion or a packed file failed.
 #[derive(Debug, thiserror::Error)]
 pub enum PrepError {
-    /// Reading or writing a file failed at the operating-system level.
-    #[error("{path}: {source}")]
+    /// Reading or writing a file failed at the operating-system level. (The OS error is
+    /// part of the message, not a `source`: a chain printer would say it twice.)
+    #[error("{path}: {error}")]
     Io {
         /// The file concerned.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// An input file or folder the converter needs does not exist.
     #[error("{path}: not found ({hint})")]
@@ -116,7 +116,7 @@ impl PrepError {
     pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
         PrepError::Io {
             path: path.into(),
-            source,
+            error: source,
         }
     }
 

@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io::BufReader;
+use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use image::imageops::FilterType;
@@ -53,6 +53,9 @@ impl Default for ImagenetOptions {
         }
     }
 }
+
+/// The most decoding threads `--threads` may ask for.
+pub const MAX_THREADS: usize = 1024;
 
 /// Largest output side (`--size`): 3×4096×4096 bytes (48 MiB) per image.
 pub const MAX_SIZE: u32 = 4096;
@@ -167,7 +170,8 @@ pub fn load_and_crop(path: &Path, size: u32) -> Result<Vec<u8>> {
     Ok(resize_and_crop(&img, size))
 }
 
-/// Decodes a JPEG to RGB after checking its file size and header dimensions.
+/// Decodes a JPEG to RGB after checking its file size, that it is whole, and its header
+/// dimensions.
 fn decode_bounded(path: &Path) -> Result<image::RgbImage> {
     let file = File::open(path).map_err(|e| PrepError::io(path, e))?;
     let file_bytes = file.metadata().map_err(|e| PrepError::io(path, e))?.len();
@@ -180,6 +184,18 @@ fn decode_bounded(path: &Path) -> Result<image::RgbImage> {
             "file of {file_bytes} bytes, the limit is {MAX_JPEG_FILE_BYTES}"
         )));
     }
+    let mut bytes = Vec::with_capacity(file_bytes as usize);
+    BufReader::new(file)
+        .read_to_end(&mut bytes)
+        .map_err(|e| PrepError::io(path, e))?;
+    // The decoder fills a cut file's missing rows with grey and says nothing: a JPEG must
+    // end its scans with the end-of-image marker.
+    if let Err(reason) = whole_jpeg(&bytes) {
+        return Err(PrepError::BadJpeg {
+            path: path.into(),
+            reason,
+        });
+    }
     let bad = |e: image::ImageError| match e {
         image::ImageError::Limits(l) => too_large(l.to_string()),
         e => PrepError::BadJpeg {
@@ -187,7 +203,7 @@ fn decode_bounded(path: &Path) -> Result<image::RgbImage> {
             reason: e.to_string(),
         },
     };
-    let mut reader = ImageReader::with_format(BufReader::new(file), ImageFormat::Jpeg);
+    let mut reader = ImageReader::with_format(std::io::Cursor::new(bytes), ImageFormat::Jpeg);
     let mut limits = Limits::default();
     // A second bound for the decoder; the pixel check below is the one that decides.
     limits.max_alloc = Some(MAX_SOURCE_PIXELS * 4);
@@ -209,6 +225,57 @@ fn decode_bounded(path: &Path) -> Result<image::RgbImage> {
     Ok(DynamicImage::from_decoder(decoder)
         .map_err(bad)?
         .into_rgb8())
+}
+
+/// Whether `b` is a whole JPEG: its marker segments up to the first scan (SOS) are complete
+/// and an end-of-image marker (FF D9) follows the scan data. Entropy-coded data cannot hold
+/// FF D9 (an FF there is followed by 00 or a restart marker), and a thumbnail's own EOI
+/// sits in a segment before the first scan, so it does not count.
+pub fn whole_jpeg(b: &[u8]) -> std::result::Result<(), String> {
+    if !b.starts_with(&[0xFF, 0xD8]) {
+        return Err("no start-of-image marker".into());
+    }
+    let mut i = 2;
+    let sos = loop {
+        while b.get(i) == Some(&0xFF) && b.get(i + 1) == Some(&0xFF) {
+            i += 1; // fill bytes
+        }
+        match (b.get(i), b.get(i + 1)) {
+            (Some(0xFF), Some(0xDA)) => break i,
+            (Some(0xFF), Some(0xD0..=0xD7 | 0x01)) => i += 2,
+            (Some(0xFF), Some(_)) => {
+                let len = match (b.get(i + 2), b.get(i + 3)) {
+                    (Some(&hi), Some(&lo)) => usize::from(u16::from_be_bytes([hi, lo])),
+                    _ => {
+                        return Err(format!(
+                            "truncated: the file ends inside its header, at byte {}",
+                            b.len()
+                        ))
+                    }
+                };
+                i += 2 + len;
+            }
+            (Some(&x), _) => {
+                return Err(format!(
+                    "corrupt header: byte {x:#04x} at {i} where a marker belongs"
+                ))
+            }
+            (None, _) => {
+                return Err(format!(
+                    "truncated: the file ends inside its header, at byte {}",
+                    b.len()
+                ))
+            }
+        }
+    };
+    if b[sos..].windows(2).any(|w| w == [0xFF, 0xD9]) {
+        Ok(())
+    } else {
+        Err(format!(
+            "truncated: no end-of-image marker after the scan data ({} bytes; the file was cut short)",
+            b.len()
+        ))
+    }
 }
 
 /// Centre-crops the long side of an image longer than [`MAX_ASPECT`]:1 to that ratio.
@@ -353,6 +420,26 @@ fn check_options(src: &Path, opts: &ImagenetOptions) -> Result<()> {
             src,
             "--limit-per-class 0 would keep no images; give at least 1",
         ));
+    }
+    if opts.threads > MAX_THREADS {
+        return Err(PrepError::format(
+            src,
+            format!(
+                "--threads {} is more than {MAX_THREADS}; give at most {MAX_THREADS}, or 0 for one per core",
+                opts.threads
+            ),
+        ));
+    }
+    for (flag, file) in [
+        ("--val-labels", &opts.val_labels),
+        ("--synsets", &opts.synsets),
+    ] {
+        if let Some(f) = file.as_ref().filter(|f| !f.is_file()) {
+            return Err(PrepError::Missing {
+                path: f.clone(),
+                hint: format!("{flag} names no file: give an existing one, or leave {flag} out"),
+            });
+        }
     }
     Ok(())
 }

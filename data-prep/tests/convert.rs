@@ -422,3 +422,100 @@ fn cli_converts_and_reports_errors_with_nonzero_exit() {
         String::from_utf8_lossy(&missing.stderr).contains("/nonexistent/cifar/batches.meta.txt")
     );
 }
+
+/// Issue 23: a JPEG cut to half its bytes is refused, naming it and the cut; with
+/// --skip-bad it is skipped and counted. (The decoder fills a cut file with grey silently.)
+#[test]
+fn regression_a_truncated_jpeg_is_refused_or_skipped_and_counted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("imagenet");
+    write_imagenet(&root, false);
+    let cut = root.join("train/n01443537/n01443537_0.JPEG");
+    let bytes = fs::read(&cut).unwrap();
+    fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let out = tmp.path().join("out");
+    let err = convert_imagenet(&root, &out, &quiet(8)).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, PrepError::BadJpeg { .. })
+            && msg.contains("n01443537_0.JPEG")
+            && msg.contains("truncated")
+            && msg.contains("--skip-bad"),
+        "{msg}"
+    );
+    assert_no_leftovers(&out);
+    let opts = ImagenetOptions {
+        skip_bad: true,
+        ..quiet(8)
+    };
+    let headers = convert_imagenet(&root, &out, &opts).unwrap();
+    assert_eq!((headers[0].num_samples, headers[0].skipped), (8, 1));
+    // Whole files pass the check: every other image of the set was packed.
+    assert!(aiperf_data_prep::imagenet::whole_jpeg(&bytes).is_ok());
+    for end in [2, 20, bytes.len() - 2] {
+        assert!(
+            aiperf_data_prep::imagenet::whole_jpeg(&bytes[..end]).is_err(),
+            "cut at {end}"
+        );
+    }
+}
+
+/// Issue 23: the flags of `imagenet` and `info` that cannot work are refused up front,
+/// naming the flag or file and the fix, each I/O error said once.
+#[test]
+fn regression_data_prep_flags_and_files_name_themselves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("imagenet");
+    write_imagenet(&root, false);
+    let out = tmp.path().join("out");
+    let run = |args: &[&str]| {
+        let o = data_prep().args(args).output().unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let (src, dst) = (root.to_str().unwrap(), out.to_str().unwrap());
+    let missing = tmp.path().join("no-labels.txt");
+    let err = run(&[
+        "imagenet",
+        "--src",
+        src,
+        "--out",
+        dst,
+        "--val-labels",
+        missing.to_str().unwrap(),
+    ]);
+    assert!(
+        err.contains("no-labels.txt") && err.contains("--val-labels"),
+        "{err}"
+    );
+    let err = run(&[
+        "imagenet",
+        "--src",
+        src,
+        "--out",
+        dst,
+        "--threads",
+        "100000",
+    ]);
+    assert!(
+        err.contains("--threads 100000") && err.contains("at most 1024"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing written");
+    // `info` on a folder says so, and names its packs.
+    let err = run(&["info", tmp.path().to_str().unwrap()]);
+    assert!(err.contains("a folder, not a pack"), "{err}");
+    // An I/O error names the file and says the OS error once.
+    let blocked = tmp.path().join("blocked");
+    fs::write(&blocked, "a file where the output folder should be").unwrap();
+    let err = run(&[
+        "imagenet",
+        "--src",
+        src,
+        "--out",
+        blocked.join("x").to_str().unwrap(),
+    ]);
+    assert!(err.contains("blocked"), "{err}");
+    let os = err.rsplit(": ").next().unwrap().trim();
+    assert_eq!(err.matches(os).count(), 1, "said once: {err}");
+}

@@ -5,14 +5,14 @@ use std::path::PathBuf;
 /// Why records could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
-    /// A file-system error.
-    #[error("{path}: {source}")]
+    /// A file-system error (the OS error is in the message, not a `source`, so that a
+    /// chain printer does not say it twice).
+    #[error("{path}: {error}")]
     Io {
         /// The path concerned.
         path: PathBuf,
         /// The underlying error.
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The HDF5 library refused (not an HDF5 file, truncated, missing dataset...).
     #[error("{path}: {message}")]

@@ -35,9 +35,9 @@ impl Source {
     /// ([`crate::h5guard`]): HDF5 1.10 decodes the root group's header already when it opens
     /// a file, and a damaged one can crash it there.
     pub(crate) fn open(path: &Path) -> Result<Source, RecordError> {
-        let bytes = std::fs::read(path).map_err(|source| RecordError::Io {
+        let bytes = std::fs::read(path).map_err(|error| RecordError::Io {
             path: path.into(),
-            source,
+            error,
         })?;
         let walked = walk_file(&bytes).map_err(|e| RecordError::Hdf5 {
             path: path.into(),

@@ -171,7 +171,7 @@ impl PrimaryWriter {
     pub fn create(dir: &Path, meta: &RunMeta) -> Result<Self, RecordError> {
         std::fs::create_dir_all(dir).map_err(|e| RecordError::Io {
             path: dir.to_path_buf(),
-            source: e,
+            error: e,
         })?;
         let path = dir.join(PRIMARY_FILE);
         let file = File::create(&path).map_err(h5(&path))?;

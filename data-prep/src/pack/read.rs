@@ -23,6 +23,24 @@ impl Pack {
     /// Opens and checks a packed file: magic, version, header and that the file is as long
     /// as the header says. (The checksum is checked by [`Pack::verify`], which reads it all.)
     pub fn open(path: &Path) -> Result<Pack> {
+        if path.is_dir() {
+            let packs: Vec<String> = ["train.aipk", "val.aipk"]
+                .iter()
+                .filter(|n| path.join(n).is_file())
+                .map(|n| path.join(n).display().to_string())
+                .collect();
+            return Err(PrepError::format(
+                path,
+                if packs.is_empty() {
+                    "a folder, not a pack: give a .aipk file".to_string()
+                } else {
+                    format!(
+                        "a folder, not a pack: give one of its packs, {}",
+                        packs.join(" or ")
+                    )
+                },
+            ));
+        }
         let file = File::open(path).map_err(|e| PrepError::io(path, e))?;
         // SAFETY: the map is read-only; packs are written under a temporary name and renamed,
         // so a file that is complete is never modified in place by aiperf.
