@@ -125,7 +125,8 @@ fn grid_is_bounded_whatever_it_is_given() {
         grid(1e6 + 2.0, 1.0),
         Err(GridError::TooFine { .. })
     ));
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // A generous bound (the defect took hours): milliseconds here, on a busy machine too.
+    assert!(started.elapsed() < Duration::from_secs(30));
 }
 
 /// Rewrites a scalar u32 attribute of `dir/primary.h5`.
@@ -142,7 +143,8 @@ fn a_groups_count_of_u32_max_is_refused_instead_of_four_billion_lookups() {
     set_u32(tmp.path(), "groups", u32::MAX);
     let started = Instant::now();
     let e = read_run(tmp.path()).unwrap_err().to_string();
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // A generous bound (the defect took hours): milliseconds here, on a busy machine too.
+    assert!(started.elapsed() < Duration::from_secs(30));
     assert!(
         e.contains("primary.h5")
             && e.contains("attribute \"groups\": 4294967295")
