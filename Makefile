@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse clean
+.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static clean
 
 all: build
 
@@ -50,6 +50,10 @@ bench-primary: build
 
 weak-scaling: build
 	scripts/weak-scaling
+
+# aiperf-score as one static executable for reviewers (HDF5 built in; no runtime libraries).
+score-static: setup
+	scripts/build-static-score
 
 gpu-bundle: setup
 	scripts/gpu-bundle
