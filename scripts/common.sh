@@ -52,8 +52,8 @@ AIPERF_BIN="$AIPERF_ROOT/target/release/aiperf"
 AIPERF_DATA_PREP_BIN="$AIPERF_ROOT/target/release/aiperf-data-prep"
 export AIPERF_BIN AIPERF_DATA_PREP_BIN
 
-# scored CMD…: runs `aiperf score`/`aiperf-score`, whose exit status is the verdict (README,
-# "Exit status"): 0 VALID, 3 UNOFFICIAL and 4 INVALID are scored results, which a script
+# scored CMD…: runs `aiperf score`/`aiperf-score`, whose exit status is the verdict
+# (docs/reviewer.md, "Exit status"): 0 VALID, 3 UNOFFICIAL and 4 INVALID are scored results, which a script
 # that wants the figures accepts; 1 (an error), 2 (usage), 5 (altered records) and 6 (a
 # failed audit) are not.
 scored() {

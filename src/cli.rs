@@ -66,7 +66,7 @@ pub struct DpCheckArgs {
     /// Batch norm on running statistics: the update must then equal one process's.
     #[arg(long)]
     pub frozen_bn: bool,
-    /// The gradient exchange checked (README, "Data-parallel exchange and dp-check"):
+    /// The gradient exchange checked (docs/scaling.md, "Data-parallel exchange and dp-check"):
     /// allreduce, allreduce-pipelined or reduce-bcast.
     #[arg(long, value_enum, default_value = "allreduce")]
     pub exchange: crate::train::exchange::ExchangeMethod,

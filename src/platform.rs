@@ -10,8 +10,8 @@ pub const MALLOC_KEEP_BYTES: i32 = 1 << 30;
 /// kernel. By default glibc maps every allocation over 32 MiB afresh — each page faulted in
 /// and zeroed by the kernel on first touch — and unmaps it when freed: for the loader's
 /// batches (64 × 3 × 224 × 224 floats are 38 MiB) and libtorch's large activations that
-/// is paid on every step, about half the loader's time at ImageNet size (README, `make
-/// bench-data`). Sets `M_MMAP_THRESHOLD` and `M_TRIM_THRESHOLD` to [`MALLOC_KEEP_BYTES`]
+/// is paid on every step, about half the loader's time at ImageNet size (docs/performance.md,
+/// `make bench-data`). Sets `M_MMAP_THRESHOLD` and `M_TRIM_THRESHOLD` to [`MALLOC_KEEP_BYTES`]
 /// unless the user chose them (`MALLOC_MMAP_THRESHOLD_`, `MALLOC_TRIM_THRESHOLD_`); the
 /// process keeps up to that much freed memory mapped. Returns whether both were set.
 pub fn keep_freed_memory() -> bool {

@@ -137,7 +137,7 @@ fn traced_steps_export_as_a_chrome_trace_with_every_ranks_spans() {
         .output()
         .unwrap();
     assert!(
-        out.status.code() == Some(4), // scored, INVALID (README, "Exit status")
+        out.status.code() == Some(4), // scored, INVALID (docs/reviewer.md, "Exit status")
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -410,7 +410,7 @@ fn regression_a_panic_on_one_rank_ends_the_job_within_seconds() {
             .arg(tmp.path().join("r")),
     );
     let err = String::from_utf8_lossy(&out.stderr);
-    // The documented status of a panic (README, "Exit status"): MPI_Abort's 70.
+    // The documented status of a panic (docs/centre.md, "Exit status"): MPI_Abort's 70.
     assert_eq!(out.status.code(), Some(70), "{err}");
     assert!(
         err.contains("rank 2 panicked") && err.contains("MPI_Abort"),

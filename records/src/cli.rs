@@ -42,7 +42,7 @@ pub struct ScoreArgs {
 
 /// What the exit status of `aiperf score` (and `aiperf-score`) tells a script about the
 /// runs it scored (the worst of them); an error (unreadable records, a bad flag) exits 1,
-/// and a command line clap cannot parse 2. Documented in README.md ("Exit status").
+/// and a command line clap cannot parse 2. Documented in docs/reviewer.md ("Exit status").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Outcome {
     /// Scored, VALID, records intact (matching `--digest` when given): 0.

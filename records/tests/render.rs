@@ -103,7 +103,7 @@ fn the_report_renders_in_a_browser_with_every_plot() {
         .output()
         .unwrap();
     assert!(
-        out.status.code() == Some(4), // scored, INVALID (README, "Exit status")
+        out.status.code() == Some(4), // scored, INVALID (docs/reviewer.md, "Exit status")
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

@@ -529,7 +529,7 @@ fn a_layout_other_than_the_schemas_is_refused_saying_what_differs() {
     );
 }
 
-/// The exit status is the verdict (README, "Exit status"): a script that gates on it
+/// The exit status is the verdict (docs/reviewer.md, "Exit status"): a script that gates on it
 /// cannot pass altered records or a failed audit.
 #[test]
 fn the_exit_status_tells_valid_unofficial_invalid_altered_audit_failed_and_errors_apart() {

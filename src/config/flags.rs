@@ -54,7 +54,7 @@ pub struct RunFlags {
     /// autocast in bfloat16); the autocast ones are an error on CPU.
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
-    /// The gradient exchange (README, "Data-parallel exchange and dp-check"): allreduce,
+    /// The gradient exchange (docs/scaling.md, "Data-parallel exchange and dp-check"): allreduce,
     /// allreduce-pipelined or reduce-bcast [default: allreduce].
     #[arg(long, value_enum)]
     pub exchange: Option<crate::train::exchange::ExchangeMethod>,
@@ -67,8 +67,8 @@ pub struct RunFlags {
     /// [default: auto].
     #[arg(long, value_enum)]
     pub exchange_staging: Option<crate::train::staging::Staging>,
-    /// Loader threads per rank (size them per GPU: README, "Data wait under a fast
-    /// consumer") [default: the preset's loader_workers].
+    /// Loader threads per rank (size them per GPU: docs/performance.md, "Data wait under a
+    /// fast consumer") [default: the preset's loader_workers].
     #[arg(long, value_name = "N")]
     pub loader_workers: Option<u32>,
     /// Where the loader's augmentation runs: auto (on the GPU when training on CUDA), cpu

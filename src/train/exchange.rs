@@ -22,7 +22,7 @@ use super::TrainError;
 pub enum ExchangeMethod {
     /// Buckets reduced in place by blocking `MPI_Allreduce`, each as soon as it is filled
     /// (the default: faster than the non-blocking calls where MPI progresses them only
-    /// inside MPI calls, as OpenMPI over shared memory and TCP does; measured in README).
+    /// inside MPI calls, as OpenMPI over shared memory and TCP does; measured in docs/scaling.md).
     Allreduce,
     /// Buckets reduced by non-blocking `MPI_Iallreduce`, filling bucket k+1 while bucket k
     /// reduces (for MPIs and interconnects that progress them asynchronously).
