@@ -16,7 +16,9 @@
 //!    surviving nodes says what it cannot do (fewer ranks, unequal nodes) and does what it
 //!    can (the same 7 ranks and 3 groups packed onto node1 and node2);
 //! 4. `aiperf comm-bench` across the nodes: world figures (over the network) beside the
-//!    within-node groups' (shared memory).
+//!    within-node groups' (shared memory);
+//! 5. the node-aware exchange (`--exchange hierarchical`) across the nodes in `dp-check`:
+//!    bit-identical ranks, and the flat exchange's training up to summation order.
 //!
 //! It needs root (namespaces, veths, bridge) and the Debian packages that scripts/setup
 //! installs; under `make test` (AIPERF_REQUIRE_PREREQS=1) a missing one fails the test.
@@ -547,14 +549,17 @@ fn comm_bench_across_nodes() {
         .iter()
         .filter(|r| scope(r).starts_with("groups of 2"))
         .collect();
-    // 5 sizes × 4 methods each: the raw all-reduce, the training's exchange, its pipelined
-    // variant and the reduce + broadcast fallback.
-    assert_eq!(world.len(), 20, "{rows:?}");
-    assert_eq!(within.len(), 20, "{rows:?}");
+    // 5 sizes × 6 methods each: the raw all-reduce out of place and in place, the
+    // training's exchange, its pipelined variant, the node-aware one and the reduce +
+    // broadcast fallback.
+    assert_eq!(world.len(), 30, "{rows:?}");
+    assert_eq!(within.len(), 30, "{rows:?}");
     for m in [
         "allreduce",
+        "allreduce-in-place",
         "exchange",
         "exchange-pipelined",
+        "hierarchical",
         "reduce+bcast",
     ] {
         assert_eq!(world.iter().filter(|r| r["method"] == m).count(), 5, "{m}");
@@ -573,11 +578,43 @@ fn comm_bench_across_nodes() {
         .iter()
         .filter(|r| scope(r).starts_with("within a node"))
         .collect();
-    assert_eq!((across.len(), node.len()), (20, 20), "{rows:?}");
+    assert_eq!((across.len(), node.len()), (30, 30), "{rows:?}");
     assert!(across.iter().all(|r| r["ranks"] == 3) && node.iter().all(|r| r["ranks"] == 2));
     // The world's all-reduces crossed node2's link: at least the 1 MiB ones, 5 times.
     let sent = link_bytes(2) - before;
     assert!(sent > 5 << 20, "only {sent} bytes over node2's link");
+}
+
+/// Scenario 5: the node-aware exchange across 3 nodes of 2 ranks (reduce within each node,
+/// all-reduce among the nodes' first ranks, broadcast back) keeps every rank bit-identical
+/// and trains as the flat exchange does, up to summation order.
+fn hierarchical_exchange_across_nodes() {
+    let dp = |extra: &[&str]| -> serde_json::Value {
+        let out = run_for(
+            300,
+            aiperf_env(
+                Command::new(vc())
+                    .args(["mpirun", "-np", "6", "--host", "node1:2,node2:2,node3:2"])
+                    .args(["--map-by", "slot", env!("CARGO_BIN_EXE_aiperf"), "dp-check"])
+                    .args(["--frozen-bn", "--bucket-bytes", "4096"])
+                    .args(extra),
+            ),
+        );
+        assert!(out.status.success(), "{extra:?}: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(stdout.lines().rfind(|l| l.starts_with('{')).unwrap()).unwrap()
+    };
+    let flat = dp(&[]);
+    let hier = dp(&["--exchange", "hierarchical"]);
+    for r in [&flat, &hier] {
+        assert_eq!(r["identical"], true, "{r}");
+        assert_eq!(r["ranks"], 6, "{r}");
+    }
+    let (a, b) = (
+        flat["param_sum"].as_f64().unwrap(),
+        hier["param_sum"].as_f64().unwrap(),
+    );
+    assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{a} vs {b}");
 }
 
 #[test]
@@ -616,4 +653,6 @@ fn a_virtual_three_node_cluster_trains_schedules_loses_a_node_and_profiles() {
     eprintln!("+ a lost node: {:?}", started.elapsed());
     comm_bench_across_nodes();
     eprintln!("+ comm-bench: {:?}", started.elapsed());
+    hierarchical_exchange_across_nodes();
+    eprintln!("+ the node-aware exchange: {:?}", started.elapsed());
 }

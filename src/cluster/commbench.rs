@@ -1,7 +1,9 @@
 //! `aiperf comm-bench`: the interconnect profile. Sweeps message sizes and times, over a
-//! communicator, a raw `MPI_Allreduce` (`allreduce`), the training's exchange code path —
-//! buckets, the copy in from tensors' memory and all (`exchange`; `exchange-pipelined` with
-//! non-blocking reductions) — and the reduce + broadcast fallback (`reduce+bcast`),
+//! communicator, the raw `MPI_Allreduce` out of place (`allreduce`) and in place
+//! (`allreduce-in-place`: the best raw call, the exchange's limit), the training's exchange
+//! code path — buckets, the copy in from tensors' memory and all (`exchange`;
+//! `exchange-pipelined` with non-blocking reductions; `hierarchical`, the node-aware one) —
+//! and the reduce + broadcast fallback (`reduce+bcast`),
 //! reporting per size the time, algorithm bandwidth (bytes / time) and bus bandwidth
 //! (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as nccl-tests
 //! define it), so interconnects and the training exchange can be compared.
@@ -17,9 +19,10 @@ use crate::train::inplace::RawComm;
 /// One size of the sweep for one method, the same on every rank.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CommRow {
-    /// What was timed: `allreduce` (a raw MPI_Allreduce), `exchange` (the training's default
-    /// exchange), `exchange-pipelined` (`--exchange allreduce-pipelined`) or `reduce+bcast`
-    /// (the fallback).
+    /// What was timed: `allreduce` (a raw MPI_Allreduce, out of place), `allreduce-in-place`
+    /// (the raw call in place on the same buffer), `exchange` (the training's default
+    /// exchange), `exchange-pipelined` (`--exchange allreduce-pipelined`), `hierarchical`
+    /// (`--exchange hierarchical`) or `reduce+bcast` (the fallback).
     pub method: &'static str,
     /// Ranks in the communicator.
     pub ranks: usize,
@@ -67,12 +70,14 @@ fn operate<C: RawComm>(
         method: match method {
             "reduce+bcast" => ExchangeMethod::ReduceBcast,
             "exchange-pipelined" => ExchangeMethod::AllreducePipelined,
+            "hierarchical" => ExchangeMethod::Hierarchical,
             _ => ExchangeMethod::Allreduce,
         },
         ..*cfg
     };
     match method {
         "allreduce" => comm.all_reduce_into(&send[..], recv, SystemOperation::sum()),
+        "allreduce-in-place" => crate::train::inplace::allreduce(comm, recv),
         _ => {
             exchange_flat(comm, &cfg, sizes, src, recv).expect("a copy cannot fail");
         }
@@ -92,10 +97,18 @@ pub fn sweep<C: RawComm>(
     let n = comm.size() as usize;
     let methods = [
         "allreduce",
+        "allreduce-in-place",
         "exchange",
         "exchange-pipelined",
+        "hierarchical",
         "reduce+bcast",
     ];
+    // The node-aware exchange's communicators, built once for the sweep.
+    let hier = ExchangeConfig {
+        method: ExchangeMethod::Hierarchical,
+        ..*cfg
+    };
+    let _topology = crate::train::hierarchy::register(comm, &hier);
     let mut rows = Vec::new();
     for &bytes in sizes {
         let elems = (bytes / 4).max(1) as usize;
@@ -104,7 +117,7 @@ pub fn sweep<C: RawComm>(
         let split = pieces(elems);
         let mut send = vec![1f32; elems];
         let mut recv = vec![0f32; elems];
-        let mut spent = [0f64; 4];
+        let mut spent = [0f64; 6];
         for _ in 0..warmup {
             for m in methods {
                 operate(comm, m, cfg, (&src, &split), &mut send, &mut recv);

@@ -95,10 +95,26 @@ fn merge_errors(entries: &[String]) -> String {
 /// The records folder of the run in progress, for the panic hook's message.
 static RESULTS: OnceLock<String> = OnceLock::new();
 
+/// Initialises MPI ([`start_mpi`]) and refuses collectives that would crash on aiperf's
+/// in-place buffers ([`crate::train::inplace::check_collectives`]): every rank finds it
+/// alike, rank 0 says it.
+pub fn init_mpi() -> anyhow::Result<Universe> {
+    let universe = start_mpi()?;
+    if let Err(e) = crate::train::inplace::check_collectives() {
+        use mpi::traits::Communicator;
+        return Err(if universe.world().rank() == 0 {
+            anyhow::Error::msg(e)
+        } else {
+            Silent.into()
+        });
+    }
+    Ok(universe)
+}
+
 /// Initialises MPI once and installs the panic hook: a panic on any thread of any rank
 /// prints its message and the rank, then calls `MPI_Abort`, so the job ends at once
 /// instead of leaving the other ranks waiting in a collective.
-pub fn init_mpi() -> anyhow::Result<Universe> {
+pub fn start_mpi() -> anyhow::Result<Universe> {
     let Some(universe) = mpi::initialize() else {
         anyhow::bail!("MPI was already initialised");
     };

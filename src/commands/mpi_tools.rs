@@ -11,8 +11,14 @@ use crate::platform::Platform;
 
 /// `aiperf doctor`: what this build and machine provide, per rank.
 pub fn doctor(json: bool) -> anyhow::Result<()> {
-    let universe = init_mpi()?;
+    // The doctor reports what it finds: collectives the other commands refuse are a warning.
+    let universe = super::start_mpi()?;
     let world = universe.world();
+    if let Err(e) = crate::train::inplace::check_collectives() {
+        if world.rank() == 0 {
+            log::warn!("{e}");
+        }
+    }
     let library = mpi::environment::library_version().unwrap_or_else(|_| "unknown".into());
     // OpenMPI: "Open MPI v4.1.4, package: ..., ident: ..."; keep the name and version.
     let library = library

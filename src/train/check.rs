@@ -61,6 +61,7 @@ pub fn dp_check<C: super::inplace::RawComm>(
     device: Device,
 ) -> Result<DpReport, TrainError> {
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
+    let _topology = super::hierarchy::register(comm, cfg);
     tch::manual_seed(0);
     let g = cifar_resnet(
         &CifarResnetConfig {

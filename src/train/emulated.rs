@@ -46,6 +46,8 @@ struct EmuRun<'c> {
     /// The exchange's buffer (the sums after each step).
     buf: Vec<f32>,
     trace_steps: u32,
+    /// The node-aware exchange's communicators (`hierarchical` only).
+    _topology: Option<super::hierarchy::Registered>,
 }
 
 impl Trainer for EmulatedTrainer {
@@ -85,6 +87,7 @@ impl Trainer for EmulatedTrainer {
             grads: vec![1e-3; total],
             buf: vec![0.0; total],
             trace_steps: self.trace_steps,
+            _topology: super::hierarchy::register(comm, &self.exchange),
         }))
     }
 

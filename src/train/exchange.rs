@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::hierarchy;
 use super::inplace::{self, InFlight, RawComm};
 use super::staging::Staging;
 use super::TrainError;
@@ -29,6 +30,10 @@ pub enum ExchangeMethod {
     AllreducePipelined,
     /// One `MPI_Reduce` onto the group's first rank and one `MPI_Bcast` (the fallback).
     ReduceBcast,
+    /// Node-aware, per bucket as it is filled: reduce onto each node's first rank over shared
+    /// memory, all-reduce among one rank per node, broadcast inside the node
+    /// ([`super::hierarchy`]).
+    Hierarchical,
 }
 
 /// DDP's default bucket cap, 25 MiB (`bucket_cap_mb=25`).
@@ -151,6 +156,14 @@ pub fn exchange<C: RawComm>(
             vec![(t, unix_s())]
         }
         ExchangeMethod::Allreduce => bucketed(comm, &buckets(sizes, cfg), &mut fill_or_zero, buf),
+        ExchangeMethod::Hierarchical => {
+            let topo = hierarchy::topology_of(comm);
+            let reduce = |slice: &mut [f32]| {
+                // SAFETY: `slice` is valid for its length for the whole (blocking) call.
+                unsafe { topo.allreduce_raw(slice.as_mut_ptr(), slice.len()) }
+            };
+            each_bucket(&buckets(sizes, cfg), &mut fill_or_zero, buf, reduce)
+        }
         ExchangeMethod::AllreducePipelined => {
             pipelined(comm, &buckets(sizes, cfg), &mut fill_or_zero, buf)
         }
@@ -204,12 +217,19 @@ pub unsafe fn exchange_resident<C: RawComm>(
             inplace::reduce_bcast_raw(comm, data, sizes.iter().sum());
             vec![(t, unix_s())]
         }
-        ExchangeMethod::Allreduce | ExchangeMethod::AllreducePipelined => {
+        ExchangeMethod::Allreduce
+        | ExchangeMethod::AllreducePipelined
+        | ExchangeMethod::Hierarchical => {
+            let topo =
+                (cfg.method == ExchangeMethod::Hierarchical).then(|| hierarchy::topology_of(comm));
             let mut offset = 0;
             (buckets(sizes, cfg).iter())
                 .map(|b| {
                     let t = unix_s();
-                    inplace::allreduce_raw(comm, data.add(offset), b.elems);
+                    match &topo {
+                        Some(topo) => topo.allreduce_raw(data.add(offset), b.elems),
+                        None => inplace::allreduce_raw(comm, data.add(offset), b.elems),
+                    }
                     offset += b.elems;
                     (t, unix_s())
                 })
@@ -230,6 +250,17 @@ fn bucketed<C: RawComm>(
     fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
     buf: &mut [f32],
 ) -> Vec<(f64, f64)> {
+    each_bucket(buckets, fill, buf, |slice| inplace::allreduce(comm, slice))
+}
+
+/// Fills each bucket and sums it in place with the blocking `reduce`, in turn. Returns each
+/// bucket's (start, end).
+fn each_bucket(
+    buckets: &[Bucket],
+    fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
+    buf: &mut [f32],
+    reduce: impl Fn(&mut [f32]),
+) -> Vec<(f64, f64)> {
     let mut spans = Vec::with_capacity(buckets.len());
     let mut rest = buf;
     for b in buckets {
@@ -237,7 +268,7 @@ fn bucketed<C: RawComm>(
         rest = tail;
         fill(b.pieces.clone(), slice);
         let t = unix_s();
-        inplace::allreduce(comm, slice);
+        reduce(slice);
         spans.push((t, unix_s()));
     }
     spans

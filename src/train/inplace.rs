@@ -13,6 +13,28 @@ extern "C" {
     fn aiperf_mpi_in_place() -> *mut c_void;
     fn aiperf_mpi_cuda_aware() -> c_int;
     fn aiperf_mpi_cuda_aware_compiled() -> c_int;
+    fn aiperf_mpi_cvar_int(name: *const std::os::raw::c_char) -> c_int;
+}
+
+/// Refuses an MPI whose collectives would crash on aiperf's in-place buffers: OpenMPI 4's
+/// hierarchical component `coll_han`, once given a priority (it has none by default in
+/// 4.1), faults on in-place all-reduces above 64 KiB (SIGSEGV, EFAULT on a 64 KiB segment;
+/// reproduced with 4.1.4 outside aiperf). Read after `MPI_Init` through the MPI tool
+/// interface, so `--mca`, `OMPI_MCA_*` and the MCA parameter files all count.
+pub fn check_collectives() -> Result<(), String> {
+    let library = mpi::environment::library_version().unwrap_or_default();
+    if !library.contains("Open MPI v4.") {
+        return Ok(());
+    }
+    let name = c"coll_han_priority";
+    // SAFETY: a NUL-terminated name; the call only reads it.
+    let priority = unsafe { aiperf_mpi_cvar_int(name.as_ptr()) };
+    if priority > 0 {
+        return Err(format!(
+            "OpenMPI's hierarchical collectives (coll_han) are enabled (coll_han_priority = {priority}): in Open MPI 4 they crash on in-place all-reduces above 64 KiB, which aiperf's exchange makes; run with `--mca coll_han_priority 0` (or OMPI_MCA_coll_han_priority=0), and use `--exchange hierarchical` for aiperf's own node-aware exchange"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether the MPI library passes CUDA device memory itself (asked at run time).
@@ -98,6 +120,16 @@ pub fn reduce_bcast<C: RawComm>(comm: &C, buf: &mut [f32]) {
 /// As [`allreduce_raw`]. On the root the send buffer is `MPI_IN_PLACE`; elsewhere `data` is
 /// only read by the reduce (the receive buffer is ignored off the root).
 pub unsafe fn reduce_bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
+    reduce_raw(comm, data, len);
+    bcast_raw(comm, data, len);
+}
+
+/// The sum of `len` f32s at `data` onto `comm`'s rank 0, in place there.
+///
+/// # Safety
+/// As [`allreduce_raw`]. On the root the send buffer is `MPI_IN_PLACE`; elsewhere `data` is
+/// only read (the receive buffer is ignored off the root).
+pub unsafe fn reduce_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
     let data = data.cast::<c_void>();
     let send = if comm.rank() == 0 {
         aiperf_mpi_in_place()
@@ -113,7 +145,20 @@ pub unsafe fn reduce_bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize)
         0,
         comm.as_raw(),
     );
-    ffi::MPI_Bcast(data, count_of(len), ffi::RSMPI_FLOAT, 0, comm.as_raw());
+}
+
+/// `len` f32s at `data` broadcast from `comm`'s rank 0.
+///
+/// # Safety
+/// As [`allreduce_raw`].
+pub unsafe fn bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
+    ffi::MPI_Bcast(
+        data.cast(),
+        count_of(len),
+        ffi::RSMPI_FLOAT,
+        0,
+        comm.as_raw(),
+    );
 }
 
 /// In-place `MPI_Iallreduce`s in flight, each over a buffer borrowed for `'a`: the borrow

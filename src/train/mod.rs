@@ -11,6 +11,7 @@ mod check;
 pub mod emulated;
 pub mod exchange;
 pub mod fault;
+pub mod hierarchy;
 pub mod inplace;
 pub mod scaler;
 pub mod schedule;

@@ -26,3 +26,27 @@ int aiperf_mpi_cuda_aware_compiled(void) {
     return 0;
 #endif
 }
+
+/* An integer control variable of the MPI library, read through the MPI tool interface
+   (MPI 3.1): -1 when the library has no such variable or it is not one integer. Used to
+   read coll_han_priority, OpenMPI's hierarchical collective component's priority, which
+   mpirun --mca, OMPI_MCA_* and the MCA parameter files may all set. */
+int aiperf_mpi_cvar_int(const char *name) {
+    int provided, index, count, value = -1;
+    MPI_T_cvar_handle handle;
+    MPI_Datatype type;
+    int verbosity, bind, scope, name_len = 0, desc_len = 0;
+    MPI_T_enum enumtype;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return -1;
+    if (MPI_T_cvar_get_index(name, &index) == MPI_SUCCESS &&
+        MPI_T_cvar_get_info(index, NULL, &name_len, &verbosity, &type, &enumtype, NULL,
+                            &desc_len, &bind, &scope) == MPI_SUCCESS &&
+        type == MPI_INT &&
+        MPI_T_cvar_handle_alloc(index, NULL, &handle, &count) == MPI_SUCCESS) {
+        int v;
+        if (count == 1 && MPI_T_cvar_read(handle, &v) == MPI_SUCCESS) value = v;
+        MPI_T_cvar_handle_free(&handle);
+    }
+    MPI_T_finalize();
+    return value;
+}

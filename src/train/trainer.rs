@@ -138,6 +138,8 @@ pub struct TrialTrainer<'c, C: Communicator> {
     scaler: Option<LossScaler>,
     /// The exchange's buffer, reused.
     buf: ExchangeBuffer,
+    /// The node-aware exchange's communicators while the trial lives (`hierarchical` only).
+    _topology: Option<super::hierarchy::Registered>,
 }
 
 /// The libtorch trainer: data-parallel over the group, on this rank's device.
@@ -295,6 +297,8 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             )));
         }
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
+        // Collective over the group, like everything else here.
+        let topology = super::hierarchy::register(comm, &cfg.exchange);
         tch::manual_seed(spec.seed as i64);
         let vs = nn::VarStore::new(device);
         let net = Net::build(&vs.root(), &spec.graph)?;
@@ -327,6 +331,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             },
             scaler: (cfg.precision == Precision::Fp16).then(LossScaler::default),
             buf: ExchangeBuffer::default(),
+            _topology: topology,
         })
     }
 
