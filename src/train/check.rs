@@ -84,6 +84,9 @@ pub fn dp_check<C: super::inplace::RawComm>(
     let vars = vs.trainable_variables();
     let buffers = float_buffers(&vs);
     let mut buf = super::staging::ExchangeBuffer::default();
+    // The training's path: gradients as views of the buckets where MPI reads their memory.
+    let mut views = super::views::GradViews::usable(device, &cfg.staging.resolve(device)?)
+        .then(super::views::GradViews::default);
     let global = 13usize;
     let (mut losses, mut identical, mut bytes) = (Vec::new(), true, 0);
     for step in 0..i64::from(steps) {
@@ -92,13 +95,19 @@ pub fn dp_check<C: super::inplace::RawComm>(
         let y = Tensor::randint(3, [global as i64], (Kind::Int64, Device::Cpu)).to(device);
         let mine = shard_range(global, size, rank);
         let (start, len) = (mine.start as i64, mine.len() as i64);
-        opt.zero_grad();
+        match &views {
+            Some(v) => v.zero(&mut opt)?,
+            None => opt.zero_grad(),
+        }
         let loss = net
             .forward_t(&x.narrow(0, start, len), !frozen_bn)
             .cross_entropy_for_logits(&y.narrow(0, start, len));
         loss.backward();
         let weight = mine.len() as f32 / global as f32;
-        bytes = sync_gradients(comm, cfg, &vars, weight, &mut buf)?.bytes;
+        bytes = match &mut views {
+            Some(v) => v.sync(comm, cfg, &vars, weight, false)?.0.bytes,
+            None => sync_gradients(comm, cfg, &vars, weight, &mut buf)?.bytes,
+        };
         opt.step();
         average_buffers(comm, cfg, &buffers, weight, &mut buf)?;
         let local = [loss.f_double_value(&[])? * f64::from(weight)];

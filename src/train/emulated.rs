@@ -74,6 +74,12 @@ impl Trainer for EmulatedTrainer {
         if i32::try_from(total).is_err() {
             return Err(TrainError::TooLarge(total));
         }
+        // Small, finite "gradients": the sums are checked as in training.
+        let mut grads = vec![1e-3; total];
+        let mut buf = vec![0.0; total];
+        for b in [&mut grads, &mut buf] {
+            crate::platform::advise_huge_pages(b.as_mut_ptr().cast(), b.len() * 4);
+        }
         Ok(Box::new(EmuRun {
             comm,
             cfg: self.exchange,
@@ -83,9 +89,8 @@ impl Trainer for EmulatedTrainer {
             step_s: e.train_ops as f64 / rate / steps as f64,
             val_s: e.val_ops as f64 / rate,
             pieces,
-            // Small, finite "gradients": the sums are checked as in training.
-            grads: vec![1e-3; total],
-            buf: vec![0.0; total],
+            grads,
+            buf,
             trace_steps: self.trace_steps,
             _topology: super::hierarchy::register(comm, &self.exchange),
         }))

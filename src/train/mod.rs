@@ -19,6 +19,7 @@ pub mod simulated;
 pub mod staging;
 mod sync;
 mod trainer;
+pub mod views;
 
 use mpi::topology::SimpleCommunicator;
 

@@ -114,8 +114,12 @@ impl ExchangeBuffer {
     /// A zeroed host buffer of `len` f32s, page-locked when `pinned`.
     pub fn host(&mut self, len: usize, pinned: bool) -> Result<&mut [f32], TrainError> {
         if !pinned {
+            let grown = len > self.host.capacity();
             self.host.clear();
             self.host.resize(len, 0.0);
+            if grown {
+                crate::platform::advise_huge_pages(self.host.as_mut_ptr().cast(), len * 4);
+            }
             return Ok(&mut self.host);
         }
         let t = reuse(&mut self.pinned, len, |n| {

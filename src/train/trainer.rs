@@ -23,6 +23,7 @@ use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
 use super::staging::ExchangeBuffer;
 use super::sync::{all_variables, float_buffers, sync_gradients_with_flag};
+use super::views::GradViews;
 use super::{
     average_buffers, exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun,
 };
@@ -138,6 +139,8 @@ pub struct TrialTrainer<'c, C: Communicator> {
     scaler: Option<LossScaler>,
     /// The exchange's buffer, reused.
     buf: ExchangeBuffer,
+    /// The gradients as views of the exchange's buckets, where MPI reads their memory.
+    views: Option<GradViews>,
     /// The node-aware exchange's communicators while the trial lives (`hierarchical` only).
     _topology: Option<super::hierarchy::Registered>,
 }
@@ -331,6 +334,8 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             },
             scaler: (cfg.precision == Precision::Fp16).then(LossScaler::default),
             buf: ExchangeBuffer::default(),
+            views: GradViews::usable(device, &cfg.exchange.staging.resolve(device)?)
+                .then(GradViews::default),
             _topology: topology,
         })
     }
@@ -426,7 +431,10 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let computing = Instant::now();
         let computing_unix = traced.then(unix_s);
         let smoothing = self.cfg.label_smoothing;
-        self.opt.zero_grad();
+        match &self.views {
+            Some(v) => v.zero(&mut self.opt)?,
+            None => self.opt.zero_grad(),
+        }
         let loss = self.cfg.precision.autocast(|| {
             self.net.forward_t(x, true).f_cross_entropy_loss::<Tensor>(
                 y,
@@ -451,14 +459,18 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                 .spans
                 .push(Span::until_now(step, SpanKind::Compute, t));
         }
-        let (s, abandon) = sync_gradients_with_flag(
-            self.comm,
-            &self.cfg.exchange,
-            &self.vars,
-            (f64::from(weight) / scale) as f32,
-            stop,
-            &mut self.buf,
-        )?;
+        let weight = (f64::from(weight) / scale) as f32;
+        let (s, abandon) = match &mut self.views {
+            Some(v) => v.sync(self.comm, &self.cfg.exchange, &self.vars, weight, stop)?,
+            None => sync_gradients_with_flag(
+                self.comm,
+                &self.cfg.exchange,
+                &self.vars,
+                weight,
+                stop,
+                &mut self.buf,
+            )?,
+        };
         stats.allreduce_s += s.seconds;
         stats.allreduce_bytes += s.bytes;
         if traced {

@@ -1,0 +1,200 @@
+//! Gradients as views of the exchange's buckets (PyTorch DDP's `gradient_as_bucket_view`).
+//! After a trial's first backward every parameter's gradient is rebound to its slice of one
+//! flat f32 tensor on the gradients' device, in exchange order, with the stop flag's element
+//! last. From then on autograd accumulates straight into the buckets, the exchange scales
+//! and reduces them in place where they lie, and the optimizer reads the sums there: no
+//! copy in, no copy out. Host memory is advised to huge pages where the kernel allows.
+//! Used where MPI can read the gradients' memory: always on the CPU, and on CUDA with
+//! device staging (a CUDA-aware MPI); otherwise the copying path of [`super::sync`] stays.
+
+use tch::{nn, Device, Kind, Tensor};
+
+use super::exchange::{exchange_resident, ExchangeConfig};
+use super::inplace::RawComm;
+use super::staging::Resolved;
+use super::sync::SyncStats;
+use super::TrainError;
+
+/// A trial's gradient buckets.
+#[derive(Default)]
+pub struct GradViews {
+    /// Σ parameters + 1 elements on the gradients' device, once bound.
+    flat: Option<Tensor>,
+    /// Each parameter's elements, then 1 (the flag).
+    sizes: Vec<usize>,
+}
+
+impl GradViews {
+    /// Whether the gradients of `device` may be views: MPI reads the buffer where they lie.
+    pub fn usable(device: Device, staging: &Resolved) -> bool {
+        device == Device::Cpu || matches!(staging, Resolved::Device(_))
+    }
+
+    /// Whether the gradients are bound to the buckets.
+    pub fn bound(&self) -> bool {
+        self.flat.is_some()
+    }
+
+    /// Before a step's backward: zero the gradients where they lie once bound (keeping the
+    /// binding); before that, the optimizer drops them.
+    pub fn zero(&self, opt: &mut nn::Optimizer) -> Result<(), TrainError> {
+        match &self.flat {
+            Some(flat) => {
+                let values = self.values() as i64;
+                tch::no_grad(|| flat.f_narrow(0, 0, values)?.f_zero_().map(|_| ()))?;
+            }
+            None => opt.zero_grad(),
+        }
+        Ok(())
+    }
+
+    fn values(&self) -> usize {
+        self.sizes.iter().sum::<usize>() - 1
+    }
+
+    /// Rebinds every gradient of `vars` (all defined, after a backward) to its slice of a
+    /// new flat tensor, values kept.
+    fn bind(&mut self, vars: &[Tensor]) -> Result<(), TrainError> {
+        let grads: Vec<Tensor> = vars
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let g = v.grad();
+                if g.defined() {
+                    Ok(g)
+                } else {
+                    Err(TrainError::NoGradient(i))
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        let mut sizes: Vec<usize> = grads.iter().map(Tensor::numel).collect();
+        sizes.push(1);
+        let total: usize = sizes.iter().sum();
+        if i32::try_from(total).is_err() {
+            return Err(TrainError::TooLarge(total));
+        }
+        let device = grads.first().map_or(Device::Cpu, Tensor::device);
+        let flat = Tensor::f_zeros([total as i64], (Kind::Float, device))?;
+        if device == Device::Cpu {
+            crate::platform::advise_huge_pages(flat.data_ptr().cast(), total * 4);
+        }
+        tch::no_grad(|| -> Result<(), TrainError> {
+            let mut offset = 0i64;
+            for (g, &n) in grads.iter().zip(&sizes) {
+                let size = g.size();
+                flat.f_narrow(0, offset, n as i64)?
+                    .f_copy_(&g.f_reshape([-1])?)?;
+                let mut grad = g.shallow_clone();
+                let _ = grad.f_set_source_tensor_storage_offset_(
+                    &flat,
+                    offset,
+                    &size,
+                    &contiguous_strides(&size),
+                )?;
+                offset += n as i64;
+            }
+            Ok(())
+        })?;
+        self.flat = Some(flat);
+        self.sizes = sizes;
+        Ok(())
+    }
+
+    /// Replaces every gradient by Σ_ranks weight_rank · gradient_rank in place (binding them
+    /// first if need be), and tells whether any rank raised `flag` (it rides in the last
+    /// element). The same sums, bit for bit, as the copying path.
+    pub fn sync<C: RawComm>(
+        &mut self,
+        comm: &C,
+        cfg: &ExchangeConfig,
+        vars: &[Tensor],
+        weight: f32,
+        flag: bool,
+    ) -> Result<(SyncStats, bool), TrainError> {
+        if self.flat.is_none() {
+            self.bind(vars)?;
+        }
+        let values = self.values();
+        let flat = self.flat.as_ref().expect("bound above");
+        tch::no_grad(|| -> Result<(), TrainError> {
+            let _ = flat
+                .f_narrow(0, 0, values as i64)?
+                .f_mul_scalar_(f64::from(weight))?;
+            let _ = flat
+                .f_narrow(0, values as i64, 1)?
+                .f_fill_(f64::from(u8::from(flag)))?;
+            Ok(())
+        })?;
+        if let Device::Cuda(i) = flat.device() {
+            // MPI reads the memory directly: every kernel writing it must have completed.
+            tch::Cuda::synchronize(i as i64);
+        }
+        // SAFETY: `flat` is a contiguous f32 tensor of Σ `sizes` elements on memory MPI
+        // reads (the CPU, or CUDA with a CUDA-aware MPI), synchronised, used by nothing else
+        // until this returns.
+        let times =
+            unsafe { exchange_resident(comm, cfg, &self.sizes, flat.data_ptr().cast::<f32>()) };
+        let finite = bool::try_from(flat.f_narrow(0, 0, values as i64)?.f_isfinite()?.f_all()?)?;
+        let raised = flat.f_double_value(&[values as i64])? > 0.5;
+        let sent = if comm.size() > 1 { values + 1 } else { 0 };
+        Ok((
+            SyncStats {
+                bytes: (sent * std::mem::size_of::<f32>()) as u64,
+                seconds: times.seconds,
+                buckets: times.buckets,
+                finite,
+            },
+            raised,
+        ))
+    }
+}
+
+/// The strides of a contiguous tensor of `size`.
+fn contiguous_strides(size: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1i64; size.len()];
+    for i in (0..size.len().saturating_sub(1)).rev() {
+        strides[i] = strides[i + 1] * size[i + 1].max(1);
+    }
+    strides
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tch::nn::OptimizerConfig;
+
+    #[test]
+    fn strides_are_row_major() {
+        assert_eq!(contiguous_strides(&[4, 3, 2]), vec![6, 2, 1]);
+        assert_eq!(contiguous_strides(&[5]), vec![1]);
+        assert!(contiguous_strides(&[]).is_empty());
+    }
+
+    /// After binding, backward accumulates into the bucket: a gradient is its slice.
+    #[test]
+    fn gradients_become_views_of_the_bucket_and_backward_writes_there() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let w = vs.root().var("w", &[3, 2], nn::Init::Const(1.0));
+        let b = vs.root().var("b", &[2], nn::Init::Const(0.0));
+        let vars = vec![w.shallow_clone(), b.shallow_clone()];
+        let mut opt = nn::Sgd::default().build(&vs, 0.1).unwrap();
+        let mut views = GradViews::default();
+        let x = Tensor::from_slice(&[1f32, 2., 3.]).reshape([1, 3]);
+        for round in 0..3 {
+            views.zero(&mut opt).unwrap();
+            let y = (x.matmul(&w) + &b).sum(Kind::Float);
+            y.backward();
+            if round == 0 {
+                assert!(!views.bound());
+                views.bind(&vars).unwrap();
+            }
+            let flat = views.flat.as_ref().unwrap();
+            // The flat bucket holds dy/dw (x repeated per column) then dy/db (ones).
+            let got: Vec<f32> = Vec::try_from(flat.narrow(0, 0, 8)).unwrap();
+            assert_eq!(got, vec![1., 1., 2., 2., 3., 3., 1., 1.], "round {round}");
+            // Writing the bucket writes the gradient: they share memory.
+            let _ = flat.narrow(0, 0, 1).fill_(7.0);
+            assert_eq!(w.grad().double_value(&[0, 0]), 7.0);
+        }
+    }
+}
