@@ -1,9 +1,10 @@
 //! `aiperf comm-bench`: the interconnect profile. Sweeps message sizes and times, over a
 //! communicator, the raw `MPI_Allreduce` out of place (`allreduce`) and in place
 //! (`allreduce-in-place`: the best raw call, the exchange's limit), the training's exchange
-//! code path — buckets, the copy in from tensors' memory and all (`exchange`;
-//! `exchange-pipelined` with non-blocking reductions; `hierarchical`, the node-aware one) —
-//! and the reduce + broadcast fallback (`reduce+bcast`),
+//! code paths — buckets reduced where the gradients lie (`exchange`; `hierarchical`, the
+//! node-aware one), and copied in from the tensors' memory first (`exchange-copy`;
+//! `exchange-pipelined` with non-blocking reductions) — and the reduce + broadcast fallback
+//! (`reduce+bcast`),
 //! reporting per size the time, algorithm bandwidth (bytes / time) and bus bandwidth
 //! (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as nccl-tests
 //! define it), so interconnects and the training exchange can be compared.
@@ -13,15 +14,16 @@ use std::time::Instant;
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use serde::Serialize;
 
-use crate::train::exchange::{exchange_flat, ExchangeConfig, ExchangeMethod};
+use crate::train::exchange::{exchange_flat, exchange_resident, ExchangeConfig, ExchangeMethod};
 use crate::train::inplace::RawComm;
 
 /// One size of the sweep for one method, the same on every rank.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CommRow {
     /// What was timed: `allreduce` (a raw MPI_Allreduce, out of place), `allreduce-in-place`
-    /// (the raw call in place on the same buffer), `exchange` (the training's default
-    /// exchange), `exchange-pipelined` (`--exchange allreduce-pipelined`), `hierarchical`
+    /// (the raw call in place on the same buffer: the best raw call), `exchange` (the
+    /// training's default exchange, in place where the gradients lie), `exchange-copy` and
+    /// `exchange-pipelined` (the copying path, blocking and non-blocking), `hierarchical`
     /// (`--exchange hierarchical`) or `reduce+bcast` (the fallback).
     pub method: &'static str,
     /// Ranks in the communicator.
@@ -55,9 +57,11 @@ fn pieces(elems: usize) -> Vec<usize> {
     out
 }
 
-/// One operation of `method`: the raw all-reduce from `send` into `recv`; the exchange (and
-/// its fallback) in place on `recv`, after copying `src` (in pieces of `sizes`) in, as
-/// training copies gradients out of their tensors.
+/// One operation of `method`: the raw all-reduce from `send` into `recv`, or in place on
+/// `recv`; the training's exchange in place on `recv` where the gradients lie (`exchange`,
+/// `hierarchical`, `reduce+bcast`: gradients are views of the buckets); or the copying path
+/// (`exchange-copy`, `exchange-pipelined`: `src`, in pieces of `sizes`, copied in bucket by
+/// bucket, as for CUDA gradients staged through host memory).
 fn operate<C: RawComm>(
     comm: &C,
     method: &str,
@@ -66,20 +70,24 @@ fn operate<C: RawComm>(
     send: &mut [f32],
     recv: &mut [f32],
 ) {
-    let cfg = ExchangeConfig {
-        method: match method {
-            "reduce+bcast" => ExchangeMethod::ReduceBcast,
-            "exchange-pipelined" => ExchangeMethod::AllreducePipelined,
-            "hierarchical" => ExchangeMethod::Hierarchical,
-            _ => ExchangeMethod::Allreduce,
-        },
-        ..*cfg
+    let with = |m: ExchangeMethod| ExchangeConfig { method: m, ..*cfg };
+    let resident = |m: ExchangeMethod, recv: &mut [f32]| {
+        // SAFETY: `recv` is host memory of Σ `sizes` f32s, borrowed for the whole call.
+        unsafe { exchange_resident(comm, &with(m), sizes, recv.as_mut_ptr()) };
     };
     match method {
         "allreduce" => comm.all_reduce_into(&send[..], recv, SystemOperation::sum()),
         "allreduce-in-place" => crate::train::inplace::allreduce(comm, recv),
+        "exchange" => resident(ExchangeMethod::Allreduce, recv),
+        "hierarchical" => resident(ExchangeMethod::Hierarchical, recv),
+        "reduce+bcast" => resident(ExchangeMethod::ReduceBcast, recv),
         _ => {
-            exchange_flat(comm, &cfg, sizes, src, recv).expect("a copy cannot fail");
+            let m = if method == "exchange-pipelined" {
+                ExchangeMethod::AllreducePipelined
+            } else {
+                ExchangeMethod::Allreduce
+            };
+            exchange_flat(comm, &with(m), sizes, src, recv).expect("a copy cannot fail");
         }
     }
 }
@@ -99,6 +107,7 @@ pub fn sweep<C: RawComm>(
         "allreduce",
         "allreduce-in-place",
         "exchange",
+        "exchange-copy",
         "exchange-pipelined",
         "hierarchical",
         "reduce+bcast",
@@ -121,7 +130,7 @@ pub fn sweep<C: RawComm>(
         for b in [&mut send, &mut recv] {
             crate::platform::advise_huge_pages(b.as_mut_ptr().cast(), b.len() * 4);
         }
-        let mut spent = [0f64; 6];
+        let mut spent = [0f64; 7];
         for _ in 0..warmup {
             for m in methods {
                 operate(comm, m, cfg, (&src, &split), &mut send, &mut recv);

@@ -1,11 +1,15 @@
-//! The node-aware exchange (`--exchange hierarchical`): a bucket is summed onto each node's
-//! first rank over shared memory (`MPI_Reduce` on the node's communicator, from
-//! `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`), all-reduced among those first ranks only
-//! (one rank per node crosses the network), then broadcast inside the node — every rank
-//! ends with its node leader's bytes, and the leaders' all-reduce gives every leader the
-//! same, so all ranks hold bit-identical sums. The communicators are built once per trial
-//! (or sweep) by [`register`], collectively, and found again by the group communicator's
-//! handle while the returned guard lives.
+//! The node-aware exchange (`--exchange hierarchical`), as Horovod's and NCCL's
+//! hierarchical all-reduce: with L ranks on every node, a bucket is cut into L shards;
+//! shard i is summed onto the node's rank i over shared memory (`MPI_Reduce` on the node's
+//! communicator, from `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)`), all-reduced across the
+//! nodes among the ranks i only — every rank sends 1/L of the bucket over the network, all
+//! at once — and gathered back inside the node (`MPI_Allgatherv` in place). Shard i's
+//! bytes come from one all-reduce and are copied unchanged, so every rank holds
+//! bit-identical sums. Nodes with different rank counts cannot share a shard layout: there
+//! the bucket is summed onto each node's first rank, all-reduced among those, and broadcast
+//! back. The communicators are built once per trial (or sweep) by [`register`],
+//! collectively, and found again by the group communicator's handle while the returned
+//! guard lives.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -21,21 +25,35 @@ use super::inplace::{self, RawComm};
 pub struct Topology {
     /// This rank's node: the group's ranks that share its memory.
     node: SimpleCommunicator,
-    /// On each node's first rank: the first ranks of every node; elsewhere none.
-    leaders: Option<SimpleCommunicator>,
+    /// Across the nodes: with equal nodes, the ranks of this rank's node index (shards);
+    /// otherwise, on each node's first rank, the first ranks (and none elsewhere).
+    across: Option<SimpleCommunicator>,
+    /// Whether every node has the same number of ranks (the sharded layout).
+    sharded: bool,
 }
 
 impl Topology {
     /// Splits `comm` by node (collective over `comm`).
     pub fn of<C: Communicator>(comm: &C) -> Topology {
+        use mpi::collective::{CommunicatorCollectives, SystemOperation};
         let node = comm.split_shared(comm.rank());
-        let color = if node.rank() == 0 {
+        let (mut least, mut most) = (0i32, 0i32);
+        comm.all_reduce_into(&node.size(), &mut least, SystemOperation::min());
+        comm.all_reduce_into(&node.size(), &mut most, SystemOperation::max());
+        let sharded = least == most;
+        let color = if sharded {
+            Color::with_value(node.rank())
+        } else if node.rank() == 0 {
             Color::with_value(0)
         } else {
             Color::undefined()
         };
-        let leaders = comm.split_by_color_with_key(color, comm.rank());
-        Topology { node, leaders }
+        let across = comm.split_by_color_with_key(color, comm.rank());
+        Topology {
+            node,
+            across,
+            sharded,
+        }
     }
 
     /// Ranks on this rank's node.
@@ -43,22 +61,45 @@ impl Topology {
         self.node.size() as usize
     }
 
-    /// Nodes of the group (known on node leaders; 0 elsewhere).
-    pub fn nodes(&self) -> usize {
-        self.leaders.as_ref().map_or(0, |l| l.size() as usize)
-    }
-
-    /// Sums `len` f32s at `data` over the group: reduce onto the node's first rank, all-reduce
-    /// among the first ranks, broadcast inside the node.
+    /// Sums `len` f32s at `data` over the group.
     ///
     /// # Safety
     /// As [`inplace::allreduce_raw`].
     pub unsafe fn allreduce_raw(&self, data: *mut f32, len: usize) {
+        if self.sharded {
+            self.sharded_allreduce(data, len);
+        } else {
+            self.leader_allreduce(data, len);
+        }
+    }
+
+    /// Reduce shard i onto node rank i, all-reduce it among the ranks i of every node,
+    /// gather the shards inside the node.
+    unsafe fn sharded_allreduce(&self, data: *mut f32, len: usize) {
+        let l = self.node_size();
+        let bounds: Vec<usize> = (0..=l).map(|i| i * len / l).collect();
+        if l > 1 {
+            for i in 0..l {
+                let shard = data.add(bounds[i]);
+                inplace::reduce_raw_to(&self.node, shard, bounds[i + 1] - bounds[i], i as i32);
+            }
+        }
+        let me = self.node.rank() as usize;
+        if let Some(across) = self.across.as_ref().filter(|a| a.size() > 1) {
+            inplace::allreduce_raw(across, data.add(bounds[me]), bounds[me + 1] - bounds[me]);
+        }
+        if l > 1 {
+            inplace::allgatherv_raw(&self.node, data, &bounds);
+        }
+    }
+
+    /// Reduce onto the node's first rank, all-reduce among the first ranks, broadcast.
+    unsafe fn leader_allreduce(&self, data: *mut f32, len: usize) {
         let on_node = self.node.size() > 1;
         if on_node {
             inplace::reduce_raw(&self.node, data, len);
         }
-        if let Some(leaders) = self.leaders.as_ref().filter(|l| l.size() > 1) {
+        if let Some(leaders) = self.across.as_ref().filter(|l| l.size() > 1) {
             inplace::allreduce_raw(leaders, data, len);
         }
         if on_node {

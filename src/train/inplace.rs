@@ -130,8 +130,16 @@ pub unsafe fn reduce_bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize)
 /// As [`allreduce_raw`]. On the root the send buffer is `MPI_IN_PLACE`; elsewhere `data` is
 /// only read (the receive buffer is ignored off the root).
 pub unsafe fn reduce_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
+    reduce_raw_to(comm, data, len, 0);
+}
+
+/// [`reduce_raw`] onto `root`.
+///
+/// # Safety
+/// As [`reduce_raw`].
+pub unsafe fn reduce_raw_to<C: RawComm>(comm: &C, data: *mut f32, len: usize, root: c_int) {
     let data = data.cast::<c_void>();
-    let send = if comm.rank() == 0 {
+    let send = if comm.rank() == root {
         aiperf_mpi_in_place()
     } else {
         data
@@ -142,7 +150,30 @@ pub unsafe fn reduce_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
         count_of(len),
         ffi::RSMPI_FLOAT,
         ffi::RSMPI_SUM,
+        root,
+        comm.as_raw(),
+    );
+}
+
+/// Every rank's block of the f32s at `data` to every rank, in place: rank i's block is
+/// `bounds[i]..bounds[i + 1]` (`bounds` has one more entry than `comm` has ranks).
+///
+/// # Safety
+/// `data` must be valid for `bounds[size]` f32s, used by nothing else until this returns.
+pub unsafe fn allgatherv_raw<C: RawComm>(comm: &C, data: *mut f32, bounds: &[usize]) {
+    let counts: Vec<c_int> = bounds.windows(2).map(|w| count_of(w[1] - w[0])).collect();
+    let displs: Vec<c_int> = bounds[..bounds.len() - 1]
+        .iter()
+        .map(|&b| count_of(b))
+        .collect();
+    ffi::MPI_Allgatherv(
+        aiperf_mpi_in_place(),
         0,
+        ffi::RSMPI_DATATYPE_NULL,
+        data.cast(),
+        counts.as_ptr(),
+        displs.as_ptr(),
+        ffi::RSMPI_FLOAT,
         comm.as_raw(),
     );
 }
