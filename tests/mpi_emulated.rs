@@ -162,6 +162,23 @@ fn traced_steps_export_as_a_chrome_trace_with_every_ranks_spans() {
             assert!(mine.iter().all(|e| e["args"]["step"].as_u64().unwrap() < 3));
             assert!(mine.iter().all(|e| e["ts"].as_f64().unwrap() > -1e6));
             assert!(mine.iter().all(|e| e["dur"].as_f64().unwrap() >= 0.0));
+            // The exchange overlaps backward (issue 24): buckets' reductions start before
+            // their step's forward+backward ends (asked of one step at least: a starved
+            // communication thread on a busy machine may start late in some).
+            let at = |e: &serde_json::Value, k: &str| e[k].as_f64().unwrap();
+            let overlapped = mine
+                .iter()
+                .filter(|e| e["cat"] == "forward+backward")
+                .filter(|compute| {
+                    let end = at(compute, "ts") + at(compute, "dur");
+                    mine.iter().any(|e| {
+                        e["cat"] == "exchange"
+                            && e["args"]["step"] == compute["args"]["step"]
+                            && e["ts"].as_f64().unwrap() < end
+                    })
+                })
+                .count();
+            assert!(overlapped >= 1, "group {} rank {rank}: {mine:?}", g.group);
         }
         let named = events.iter().any(|e| {
             e["ph"] == "M"

@@ -115,9 +115,12 @@ pub fn init_mpi() -> anyhow::Result<Universe> {
 /// prints its message and the rank, then calls `MPI_Abort`, so the job ends at once
 /// instead of leaving the other ranks waiting in a collective.
 pub fn start_mpi() -> anyhow::Result<Universe> {
-    let Some(universe) = mpi::initialize() else {
+    // Serialized: the exchange's communication thread reduces while the step thread makes
+    // no MPI call (overlap with backward); a library that offers less turns overlap off.
+    let Some((universe, level)) = mpi::initialize_with_threading(mpi::Threading::Serialized) else {
         anyhow::bail!("MPI was already initialised");
     };
+    crate::train::overlap::set_thread_level(level >= mpi::Threading::Serialized);
     use mpi::traits::Communicator;
     let rank = universe.world().rank();
     let previous = std::panic::take_hook();

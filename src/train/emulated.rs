@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 
-use super::exchange::{exchange_flat, unix_s, ExchangeConfig};
+use super::exchange::{exchange_flat, unix_s, ExchangeConfig, ExchangeTimes};
+use super::overlap;
 use super::simulated::SimTrial;
 use super::{exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun, TrialSpec};
 use crate::ops::OpCount;
@@ -42,6 +43,10 @@ struct EmuRun<'c> {
     val_s: f64,
     /// Parameters per layer, in backward order, and the stop flag's 1 element last.
     pieces: Vec<usize>,
+    /// A step's forward seconds, then each layer's backward seconds in backward order with
+    /// the pieces whose gradients are complete after it.
+    forward_s: f64,
+    backward: Vec<(f64, usize)>,
     grads: Vec<f32>,
     /// The exchange's buffer (the sums after each step).
     buf: Vec<f32>,
@@ -74,6 +79,8 @@ impl Trainer for EmulatedTrainer {
         if i32::try_from(total).is_err() {
             return Err(TrainError::TooLarge(total));
         }
+        let step_s = e.train_ops as f64 / rate / steps as f64;
+        let (forward_s, backward) = phases(&count, step_s);
         // Small, finite "gradients": the sums are checked as in training.
         let mut grads = vec![1e-3; total];
         let mut buf = vec![0.0; total];
@@ -86,9 +93,11 @@ impl Trainer for EmulatedTrainer {
             trial,
             images: self.images,
             steps,
-            step_s: e.train_ops as f64 / rate / steps as f64,
+            step_s,
             val_s: e.val_ops as f64 / rate,
             pieces,
+            forward_s,
+            backward,
             grads,
             buf,
             trace_steps: self.trace_steps,
@@ -101,6 +110,22 @@ impl Trainer for EmulatedTrainer {
     }
 }
 
+/// A step's compute split as the operations split: forward, then each layer's backward in
+/// backward order (with how many parameter pieces are complete after it); they sum to
+/// `step_s` (the optimizer's update is spread over them, in proportion).
+fn phases(count: &OpCount, step_s: f64) -> (f64, Vec<(f64, usize)>) {
+    let bp: u64 = count.layers.iter().map(|l| l.bp).sum();
+    let total = (count.fp_per_image + bp).max(1) as f64;
+    let mut ready = 0;
+    let backward = (count.layers.iter().rev())
+        .map(|l| {
+            ready += usize::from(l.params > 0);
+            (step_s * l.bp as f64 / total, ready)
+        })
+        .collect();
+    (step_s * count.fp_per_image as f64 / total, backward)
+}
+
 /// Sleeps `seconds` if positive.
 fn wait(seconds: f64) {
     if seconds > 0.0 {
@@ -109,7 +134,8 @@ fn wait(seconds: f64) {
 }
 
 impl EmuRun<'_> {
-    /// One step's exchange with `stop` riding along; whether any rank raised it.
+    /// One step's exchange after the step's compute, with `stop` riding along; whether any
+    /// rank raised it.
     fn exchange(
         &mut self,
         step: u32,
@@ -125,7 +151,80 @@ impl EmuRun<'_> {
             &self.grads,
             &mut self.buf,
         )?;
-        stats.allreduce_s += times.seconds;
+        self.account(step, &times, times.seconds, stats)
+    }
+}
+
+impl EmuRun<'_> {
+    /// One step with the exchange overlapped with backward: forward, then each layer's
+    /// backward in turn, each bucket handed to the communication thread once backward has
+    /// produced all its gradients (written into the bucket, as gradient views are); the step
+    /// then waits for what is still in flight. `owed` is the epoch's compute so far (a
+    /// sleep's overshoot is taken off the next wait). Returns whether any rank raised `stop`.
+    fn overlapped_step(
+        &mut self,
+        step: u32,
+        stop: bool,
+        owed: &mut f64,
+        stats: &mut EpochStats,
+    ) -> Result<bool, TrainError> {
+        let traced = step < self.trace_steps;
+        let computing_unix = traced.then(unix_s);
+        let flag_piece = self.pieces.len() - 1;
+        let mut fill = |pieces: std::ops::Range<usize>, bucket: &mut [f32]| {
+            bucket.fill(1e-3);
+            if pieces.end > flag_piece {
+                bucket[bucket.len() - 1] = f32::from(u8::from(stop));
+            }
+        };
+        let (forward_s, phases) = (self.forward_s, &self.backward);
+        let compute_s = &mut stats.compute_s;
+        let mut spend = |seconds: f64| {
+            let t = Instant::now();
+            *owed += seconds;
+            wait(*owed - *compute_s);
+            *compute_s += t.elapsed().as_secs_f64();
+        };
+        let mut backward_end = 0.0;
+        let mut backward = |ready: &mut dyn FnMut(usize)| {
+            spend(forward_s);
+            for &(seconds, complete) in phases {
+                spend(seconds);
+                ready(complete);
+            }
+            backward_end = unix_s();
+        };
+        let (times, waited) = overlap::overlapped(
+            self.comm,
+            &self.cfg,
+            &self.pieces,
+            &mut self.buf,
+            &mut fill,
+            &mut backward,
+        );
+        if let Some(start_s) = computing_unix {
+            // Forward and backward: the reductions' spans lie inside it.
+            stats.spans.push(Span {
+                step,
+                kind: SpanKind::Compute,
+                bucket: 0,
+                start_s,
+                end_s: backward_end,
+            });
+        }
+        self.account(step, &times, waited, stats)
+    }
+
+    /// Books an exchange's exposed seconds, bytes and spans; whether the flag was raised.
+    fn account(
+        &mut self,
+        step: u32,
+        times: &ExchangeTimes,
+        exposed_s: f64,
+        stats: &mut EpochStats,
+    ) -> Result<bool, TrainError> {
+        let flag_at = self.buf.len() - 1;
+        stats.allreduce_s += exposed_s;
         if step < self.trace_steps {
             stats.spans.extend(exchange_spans(step, &times.buckets));
         }
@@ -146,18 +245,24 @@ impl TrialRun for EmuRun<'_> {
         let mut stats = EpochStats::default();
         // The compute owed so far: a sleep's overshoot is taken off the next step's wait.
         let mut owed = 0.0;
+        let overlaps = overlap::overlaps(&self.cfg);
         for step in 0..u32::try_from(self.steps).unwrap_or(u32::MAX) {
-            let computing = Instant::now();
-            let computing_unix = (step < self.trace_steps).then(unix_s);
-            owed += self.step_s;
-            wait(owed - stats.compute_s);
-            stats.compute_s += computing.elapsed().as_secs_f64();
-            if let Some(t) = computing_unix {
-                stats
-                    .spans
-                    .push(Span::until_now(step, SpanKind::Compute, t));
-            }
-            if self.exchange(step, stop(), &mut stats)? {
+            let raised = if overlaps {
+                self.overlapped_step(step, stop(), &mut owed, &mut stats)?
+            } else {
+                let computing = Instant::now();
+                let computing_unix = (step < self.trace_steps).then(unix_s);
+                owed += self.step_s;
+                wait(owed - stats.compute_s);
+                stats.compute_s += computing.elapsed().as_secs_f64();
+                if let Some(t) = computing_unix {
+                    stats
+                        .spans
+                        .push(Span::until_now(step, SpanKind::Compute, t));
+                }
+                self.exchange(step, stop(), &mut stats)?
+            };
+            if raised {
                 stats.abandoned = true;
                 stats.wall_s = began.elapsed().as_secs_f64();
                 return Ok(stats);

@@ -124,6 +124,22 @@ pub unsafe fn reduce_bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize)
     bcast_raw(comm, data, len);
 }
 
+/// [`allreduce_raw`] over a raw communicator handle (for a communication thread).
+///
+/// # Safety
+/// As [`allreduce_raw`]; `comm` must be a live communicator of this process that no other
+/// thread uses meanwhile.
+pub unsafe fn allreduce_handle(comm: ffi::MPI_Comm, data: *mut f32, len: usize) {
+    ffi::MPI_Allreduce(
+        aiperf_mpi_in_place(),
+        data.cast(),
+        count_of(len),
+        ffi::RSMPI_FLOAT,
+        ffi::RSMPI_SUM,
+        comm,
+    );
+}
+
 /// The sum of `len` f32s at `data` onto `comm`'s rank 0, in place there.
 ///
 /// # Safety

@@ -13,6 +13,7 @@ pub mod exchange;
 pub mod fault;
 pub mod hierarchy;
 pub mod inplace;
+pub mod overlap;
 pub mod scaler;
 pub mod schedule;
 pub mod simulated;

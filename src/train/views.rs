@@ -89,7 +89,7 @@ impl GradViews {
                     &flat,
                     offset,
                     &size,
-                    &contiguous_strides(&size),
+                    contiguous_strides(&size),
                 )?;
                 offset += n as i64;
             }

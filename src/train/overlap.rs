@@ -1,0 +1,140 @@
+//! The exchange overlapped with backward, as PyTorch DDP and Horovod do it: a bucket's
+//! reduction starts as soon as backward has produced all its gradients, on a communication
+//! thread, while backward goes on; the step then waits only for what is still in flight.
+//! OpenMPI over TCP and shared memory progresses a collective only inside MPI calls, so the
+//! thread makes blocking calls (which progress themselves) rather than the step testing
+//! non-blocking ones between layers. Buckets are handed over in the same order on every
+//! rank and each is summed by the same call as without overlap, so the sums are the same,
+//! bit for bit. MPI must run with at least `MPI_THREAD_SERIALIZED` ([`set_thread_level`]):
+//! while the thread reduces, the step makes no MPI call. Without it, every bucket is
+//! reduced after backward, in order, as before.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use mpi::ffi;
+
+use super::exchange::{buckets, unix_s, ExchangeConfig, ExchangeMethod, ExchangeTimes};
+use super::hierarchy::{self, Topology};
+use super::inplace::{self, RawComm};
+
+static SERIALIZED: AtomicBool = AtomicBool::new(false);
+
+/// Records whether MPI runs with at least `MPI_THREAD_SERIALIZED` (set once after init).
+pub fn set_thread_level(serialized: bool) {
+    SERIALIZED.store(serialized, Ordering::Relaxed);
+}
+
+/// Whether `cfg`'s exchange overlaps with backward here: the per-bucket methods
+/// (`allreduce`, `hierarchical`) under a thread level that allows it.
+pub fn overlaps(cfg: &ExchangeConfig) -> bool {
+    SERIALIZED.load(Ordering::Relaxed)
+        && matches!(
+            cfg.method,
+            ExchangeMethod::Allreduce | ExchangeMethod::Hierarchical
+        )
+}
+
+/// What the communication thread reduces with: the group's handle, or its topology.
+enum Reducer<'t> {
+    Flat(ffi::MPI_Comm),
+    Nodes(&'t Topology),
+}
+
+/// The reducer crosses to the communication thread, which alone makes MPI calls while it
+/// runs (the thread level is at least serialized).
+struct ForThread<'t>(Reducer<'t>);
+// SAFETY: the handle and the topology's communicators are used by one thread at a time:
+// the step thread makes no MPI call until the communication thread has finished.
+unsafe impl Send for ForThread<'_> {}
+
+impl ForThread<'_> {
+    fn reduce(&self, bucket: &mut [f32]) {
+        // SAFETY: `bucket` is valid for its length and used by nothing else until this
+        // returns; the communicator is a live one of this process.
+        unsafe {
+            match self.0 {
+                Reducer::Flat(comm) => {
+                    inplace::allreduce_handle(comm, bucket.as_mut_ptr(), bucket.len())
+                }
+                Reducer::Nodes(t) => t.allreduce_raw(bucket.as_mut_ptr(), bucket.len()),
+            }
+        }
+    }
+}
+
+/// A step's backward pass: it calls the given `ready(n)` whenever the first `n` pieces hold
+/// their gradients.
+pub type Backward<'b> = dyn FnMut(&mut dyn FnMut(usize)) + 'b;
+
+/// One step's exchange overlapped with its backward. `backward` runs the step's backward
+/// pass and calls `ready(n)` whenever the first `n` pieces (of `sizes`, in exchange order)
+/// hold their gradients; each bucket that becomes complete is filled by `fill` (nothing to
+/// do where gradients are views of the buckets) and handed to the communication thread.
+/// Buckets still pending when `backward` returns are handed over then. Returns each
+/// bucket's (start, end) and the seconds the step waited for the exchange after backward.
+pub fn overlapped<C: RawComm>(
+    comm: &C,
+    cfg: &ExchangeConfig,
+    sizes: &[usize],
+    buf: &mut [f32],
+    fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
+    backward: &mut Backward<'_>,
+) -> (ExchangeTimes, f64) {
+    let plan = buckets(sizes, cfg);
+    let topo = (cfg.method == ExchangeMethod::Hierarchical).then(|| hierarchy::topology_of(comm));
+    let reducer = ForThread(match &topo {
+        Some(t) => Reducer::Nodes(t),
+        None => Reducer::Flat(comm.as_raw()),
+    });
+    let started = Instant::now();
+    let mut slices: Vec<&mut [f32]> = Vec::with_capacity(plan.len());
+    let mut rest = buf;
+    for b in &plan {
+        let (slice, tail) = std::mem::take(&mut rest).split_at_mut(b.elems);
+        slices.push(slice);
+        rest = tail;
+    }
+    let mut pending = slices.into_iter().zip(&plan).enumerate().peekable();
+    let (spans, waited) = std::thread::scope(|s| {
+        let (tx, rx) = mpsc::channel::<(usize, &mut [f32])>();
+        let worker = s.spawn(move || {
+            let reducer = reducer;
+            let mut spans = Vec::new();
+            for (k, bucket) in rx {
+                let t = unix_s();
+                reducer.reduce(bucket);
+                spans.push((k, t, unix_s()));
+            }
+            spans
+        });
+        let mut hand_over = |upto: usize| {
+            while let Some((k, (slice, b))) = pending.next_if(|(_, (_, b))| b.pieces.end <= upto) {
+                fill(b.pieces.clone(), slice);
+                tx.send((k, slice))
+                    .expect("the communication thread runs until the step ends");
+            }
+        };
+        backward(&mut hand_over);
+        hand_over(usize::MAX);
+        drop(tx);
+        let after = Instant::now();
+        let spans = worker
+            .join()
+            .expect("the communication thread does not panic");
+        (spans, after.elapsed().as_secs_f64())
+    });
+    let mut buckets = vec![(0.0, 0.0); plan.len()];
+    for (k, a, b) in spans {
+        buckets[k] = (a, b);
+    }
+    (
+        ExchangeTimes {
+            seconds: started.elapsed().as_secs_f64(),
+            buckets,
+        },
+        waited,
+    )
+}
