@@ -58,6 +58,10 @@ pub struct RunFlags {
     /// allreduce-pipelined or reduce-bcast [default: allreduce].
     #[arg(long, value_enum)]
     pub exchange: Option<crate::train::exchange::ExchangeMethod>,
+    /// Reduce the buckets after backward instead of during it (the exchange overlaps with
+    /// backward by default, with `allreduce` and `hierarchical`; for before/after studies).
+    #[arg(long)]
+    pub no_overlap: bool,
     /// Bytes per exchange bucket (the first bucket 1 MiB, or less if this is less)
     /// [default: 26214400, DDP's 25 MiB].
     #[arg(long)]
@@ -154,6 +158,7 @@ impl RunFlags {
             ("--precision", self.precision.is_some()),
             ("--exchange", self.exchange.is_some()),
             ("--bucket-bytes", self.bucket_bytes.is_some()),
+            ("--no-overlap", self.no_overlap),
             ("--exchange-staging", self.exchange_staging.is_some()),
             ("--augment-on", self.augment_on.is_some()),
             ("--loader-workers", self.loader_workers.is_some()),

@@ -198,6 +198,9 @@ fn training_overrides(t: &mut crate::train::TrainConfig, f: &RunFlags) -> Result
     if let Some(s) = f.exchange_staging {
         t.exchange.staging = s;
     }
+    if f.no_overlap {
+        t.exchange.overlap = false;
+    }
     if let Some(a) = f.augment_on {
         t.augment_on = a;
     }

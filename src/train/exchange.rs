@@ -54,6 +54,11 @@ pub struct ExchangeConfig {
     /// Where the buffer is (`--exchange-staging`; absent from older records: `auto`).
     #[serde(default)]
     pub staging: Staging,
+    /// Whether buckets are reduced during backward, as they become ready
+    /// ([`super::overlap`]; `--no-overlap` turns it off; absent from older records, which
+    /// did not overlap: off).
+    #[serde(default)]
+    pub overlap: bool,
 }
 
 impl Default for ExchangeConfig {
@@ -63,6 +68,7 @@ impl Default for ExchangeConfig {
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES,
             staging: Staging::Auto,
+            overlap: true,
         }
     }
 }
@@ -319,6 +325,7 @@ mod tests {
             bucket_bytes: rest,
             first_bucket_bytes: first,
             staging: Staging::Auto,
+            overlap: true,
         }
     }
 

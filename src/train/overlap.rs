@@ -27,10 +27,11 @@ pub fn set_thread_level(serialized: bool) {
     SERIALIZED.store(serialized, Ordering::Relaxed);
 }
 
-/// Whether `cfg`'s exchange overlaps with backward here: the per-bucket methods
-/// (`allreduce`, `hierarchical`) under a thread level that allows it.
+/// Whether `cfg`'s exchange overlaps with backward here: asked for, a per-bucket method
+/// (`allreduce`, `hierarchical`), and a thread level that allows it.
 pub fn overlaps(cfg: &ExchangeConfig) -> bool {
-    SERIALIZED.load(Ordering::Relaxed)
+    cfg.overlap
+        && SERIALIZED.load(Ordering::Relaxed)
         && matches!(
             cfg.method,
             ExchangeMethod::Allreduce | ExchangeMethod::Hierarchical
