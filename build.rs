@@ -1,8 +1,9 @@
 //! Link-time settings for the `aiperf` binary: an rpath to libtorch, so that the binary starts
 //! without LD_LIBRARY_PATH, and a forced link of libtorch_cuda when the libtorch has CUDA
 //! (the linker's --as-needed would otherwise drop it and CUDA would read as unavailable);
-//! and the C shim that gives Rust `MPI_IN_PLACE`, compiled against the MPI headers that
-//! rsmpi's build found (the same probe: `MPICC`, `mpicc`, pkg-config).
+//! the C shim that gives Rust `MPI_IN_PLACE`, compiled against the MPI headers that rsmpi's
+//! build found (the same probe: `MPICC`, `mpicc`, pkg-config); and the C++ shim that puts
+//! autograd hooks on the gradient accumulators, compiled against libtorch's headers.
 
 use std::path::Path;
 
@@ -25,14 +26,33 @@ fn mpi_shim() {
         .compile("aiperf_mpi_shim");
 }
 
+/// Compiles `src/train/grad_hooks.cpp` (autograd hooks) against the libtorch headers beside
+/// the library torch-sys links (`lib/../include`, as in libtorch and the PyTorch wheel), with
+/// the C++ ABI torch-sys uses (`LIBTORCH_CXX11_ABI`, default 1).
+fn hooks_shim(lib: &str) {
+    println!("cargo:rerun-if-changed=src/train/grad_hooks.cpp");
+    println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
+    let include = Path::new(lib).join("../include");
+    let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".into());
+    cc::Build::new()
+        .cpp(true)
+        .pic(true)
+        .warnings(false)
+        .include(&include)
+        .include(include.join("torch/csrc/api/include"))
+        .flag("-std=c++17")
+        .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
+        .file("src/train/grad_hooks.cpp")
+        .compile("aiperf_grad_hooks");
+}
+
 fn main() {
     mpi_shim();
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
-        println!("cargo:warning=torch-sys did not export DEP_TCH_LIBTORCH_LIB; the binary will need LD_LIBRARY_PATH");
-        println!("cargo:rustc-env=AIPERF_LIBTORCH_LIB=unknown");
-        return;
+        panic!("torch-sys did not export DEP_TCH_LIBTORCH_LIB: the autograd-hook shim needs libtorch's headers and the binary its rpath (build with scripts/cargo, or set LIBTORCH)");
     };
+    hooks_shim(&lib);
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
     println!("cargo:rustc-env=AIPERF_LIBTORCH_LIB={lib}");
     if Path::new(&lib).join("libtorch_cuda.so").exists() {

@@ -131,6 +131,26 @@ fn check_records(dir: &Path, ranks: u64, train: u64, val: u64) -> usize {
             assert_eq!(kinds, [0, 1, 2, 3].into(), "group {} rank {rank}", g.group);
         }
         assert!(g.trace.iter().all(|t| t.step < 2 && t.end_s >= t.start_s));
+        // The exchange overlaps with backward (issue 24): on every rank, some step has a
+        // bucket's reduction starting before its forward+backward span ends (asked of one
+        // step at least: a starved communication thread may start late in others).
+        for rank in 0..ranks as u32 {
+            let key = |t: &aiperf_records::schema::TraceRow| (t.model_id, t.epoch, t.step);
+            let overlapped = g
+                .trace
+                .iter()
+                .filter(|c| c.rank == rank && c.kind == 1)
+                .any(|c| {
+                    g.trace.iter().any(|e| {
+                        e.rank == rank && e.kind == 2 && key(e) == key(c) && e.start_s < c.end_s
+                    })
+                });
+            assert!(
+                overlapped,
+                "group {} rank {rank}: no reduction during backward",
+                g.group
+            );
+        }
         assert!(g
             .trace
             .iter()
@@ -161,7 +181,19 @@ fn real_training_under_mpirun_with_groups_of_two_and_three_ranks() {
     let device = ["--augment-on", "device", "--exchange-staging", "device"];
     for (np, ranks, paths) in [(3usize, 2u64, &[][..]), (4, 3, &device[..])] {
         let results = tmp.path().join(format!("np{np}"));
-        let flags = [&["--duration", "25", "--trace-steps", "2"][..], paths].concat();
+        // Buckets of 4 KiB: several per step, so the exchange can overlap with backward.
+        let flags = [
+            &[
+                "--duration",
+                "25",
+                "--trace-steps",
+                "2",
+                "--bucket-bytes",
+                "4096",
+            ][..],
+            paths,
+        ]
+        .concat();
         let (out, err) = run(np, &data, &results, &flags);
         assert!(out.contains("score (sustained)"), "{out}");
         // An info line every trainer would log alike appears once (issue 23).

@@ -47,7 +47,10 @@ fn the_fit_reproduces_the_recorded_comm_bench_within_its_stated_error() {
         assert!(alpha >= 0.0 && beta > 0.0, "{f}");
         // The stated error is what the model does: recomputed here for every size.
         let mut worst = 0f64;
-        for row in record.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()) {
+        for row in record
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        {
             if row["scope"] != f["scope"] || row["method"] != "allreduce-in-place" {
                 continue;
             }
@@ -84,11 +87,18 @@ fn the_prediction_falls_with_scale_and_the_hierarchical_exchange_holds_up_better
         .map(|l| l.split_whitespace().map(|x| x.parse().unwrap()).collect())
         .collect();
     let nodes: Vec<f64> = rows.iter().map(|r| r[0]).collect();
-    assert_eq!(nodes, [8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0], "{text}");
+    assert_eq!(
+        nodes,
+        [8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
+        "{text}"
+    );
     for col in 1..5 {
         let e: Vec<f64> = rows.iter().map(|r| r[col]).collect();
         assert!(e.iter().all(|&x| x > 0.0 && x <= 1.0), "{text}");
-        assert!(e.windows(2).all(|w| w[1] <= w[0] + 1e-12), "column {col}: {text}");
+        assert!(
+            e.windows(2).all(|w| w[1] <= w[0] + 1e-12),
+            "column {col}: {text}"
+        );
     }
     // At 512 nodes the node-aware exchange beats the flat ring (latency 2(N−1)α, not
     // 2(NL−1)α), and faster links help both.

@@ -44,9 +44,9 @@ struct EmuRun<'c> {
     /// Parameters per layer, in backward order, and the stop flag's 1 element last.
     pieces: Vec<usize>,
     /// A step's forward seconds, then each layer's backward seconds in backward order with
-    /// the pieces whose gradients are complete after it.
+    /// the piece whose gradient it completes, if any.
     forward_s: f64,
-    backward: Vec<(f64, usize)>,
+    backward: Vec<(f64, Option<usize>)>,
     grads: Vec<f32>,
     /// The exchange's buffer (the sums after each step).
     buf: Vec<f32>,
@@ -111,16 +111,19 @@ impl Trainer for EmulatedTrainer {
 }
 
 /// A step's compute split as the operations split: forward, then each layer's backward in
-/// backward order (with how many parameter pieces are complete after it); they sum to
-/// `step_s` (the optimizer's update is spread over them, in proportion).
-fn phases(count: &OpCount, step_s: f64) -> (f64, Vec<(f64, usize)>) {
+/// backward order (with the parameter piece it completes, if it has parameters); they sum
+/// to `step_s` (the optimizer's update is spread over them, in proportion).
+fn phases(count: &OpCount, step_s: f64) -> (f64, Vec<(f64, Option<usize>)>) {
     let bp: u64 = count.layers.iter().map(|l| l.bp).sum();
     let total = (count.fp_per_image + bp).max(1) as f64;
-    let mut ready = 0;
+    let mut piece = 0;
     let backward = (count.layers.iter().rev())
         .map(|l| {
-            ready += usize::from(l.params > 0);
-            (step_s * l.bp as f64 / total, ready)
+            let done = (l.params > 0).then(|| {
+                piece += 1;
+                piece - 1
+            });
+            (step_s * l.bp as f64 / total, done)
         })
         .collect();
     (step_s * count.fp_per_image as f64 / total, backward)
@@ -188,9 +191,11 @@ impl EmuRun<'_> {
         let mut backward_end = 0.0;
         let mut backward = |ready: &mut dyn FnMut(usize)| {
             spend(forward_s);
-            for &(seconds, complete) in phases {
+            for &(seconds, piece) in phases {
                 spend(seconds);
-                ready(complete);
+                if let Some(i) = piece {
+                    ready(i);
+                }
             }
             backward_end = unix_s();
         };

@@ -12,6 +12,7 @@ pub mod emulated;
 pub mod exchange;
 pub mod fault;
 pub mod hierarchy;
+pub mod hooks;
 pub mod inplace;
 pub mod overlap;
 pub mod scaler;

@@ -66,14 +66,16 @@ impl ForThread<'_> {
     }
 }
 
-/// A step's backward pass: it calls the given `ready(n)` whenever the first `n` pieces hold
-/// their gradients.
+/// A step's backward pass: it calls the given `ready(i)` when piece `i` holds its gradient
+/// (in any order; a bucket goes when all its pieces are ready and every earlier bucket has
+/// gone, so every rank reduces the buckets in the same order).
 pub type Backward<'b> = dyn FnMut(&mut dyn FnMut(usize)) + 'b;
 
 /// One step's exchange overlapped with its backward. `backward` runs the step's backward
-/// pass and calls `ready(n)` whenever the first `n` pieces (of `sizes`, in exchange order)
-/// hold their gradients; each bucket that becomes complete is filled by `fill` (nothing to
-/// do where gradients are views of the buckets) and handed to the communication thread.
+/// pass and calls `ready(i)` as piece `i` (of `sizes`, in exchange order) gets its
+/// gradient; each bucket that becomes complete, in order, is filled by `fill` (for gradient
+/// views: scaled by the rank's weight, the stop flag set) and handed to the communication
+/// thread.
 /// Buckets still pending when `backward` returns are handed over then. Returns each
 /// bucket's (start, end) and the seconds the step waited for the exchange after backward.
 pub fn overlapped<C: RawComm>(
@@ -98,6 +100,12 @@ pub fn overlapped<C: RawComm>(
         slices.push(slice);
         rest = tail;
     }
+    let mut bucket_of = vec![0; sizes.len()];
+    for (k, b) in plan.iter().enumerate() {
+        bucket_of[b.pieces.clone()].fill(k);
+    }
+    let mut missing: Vec<usize> = plan.iter().map(|b| b.pieces.len()).collect();
+    let mut seen = vec![false; sizes.len()];
     let mut pending = slices.into_iter().zip(&plan).enumerate().peekable();
     let (spans, waited) = std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel::<(usize, &mut [f32])>();
@@ -111,15 +119,22 @@ pub fn overlapped<C: RawComm>(
             }
             spans
         });
-        let mut hand_over = |upto: usize| {
-            while let Some((k, (slice, b))) = pending.next_if(|(_, (_, b))| b.pieces.end <= upto) {
+        let mut send = |upto_all: bool, missing: &[usize]| {
+            while let Some((k, (slice, b))) = pending.next_if(|(k, _)| upto_all || missing[*k] == 0)
+            {
                 fill(b.pieces.clone(), slice);
                 tx.send((k, slice))
                     .expect("the communication thread runs until the step ends");
             }
         };
-        backward(&mut hand_over);
-        hand_over(usize::MAX);
+        let mut ready = |i: usize| {
+            if i < seen.len() && !std::mem::replace(&mut seen[i], true) {
+                missing[bucket_of[i]] -= 1;
+                send(false, &missing);
+            }
+        };
+        backward(&mut ready);
+        send(true, &[]);
         drop(tx);
         let after = Instant::now();
         let spans = worker

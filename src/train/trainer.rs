@@ -19,10 +19,12 @@ use tch::{nn, Device, Kind, Reduction, Tensor};
 
 use super::amp::Precision;
 use super::exchange::{unix_s, ExchangeConfig};
+use super::hooks::GradHooks;
+use super::overlap;
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
 use super::staging::ExchangeBuffer;
-use super::sync::{all_variables, float_buffers, sync_gradients_with_flag};
+use super::sync::{all_variables, float_buffers, sync_gradients_with_flag, SyncStats};
 use super::views::GradViews;
 use super::{
     average_buffers, exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun,
@@ -141,6 +143,12 @@ pub struct TrialTrainer<'c, C: Communicator> {
     buf: ExchangeBuffer,
     /// The gradients as views of the exchange's buckets, where MPI reads their memory.
     views: Option<GradViews>,
+    /// The trainable variables in backward order (reversed): the buckets' order, so that
+    /// the first bucket is the first one backward completes.
+    backward_order: Vec<Tensor>,
+    /// Autograd hooks reporting each gradient as backward accumulates it, where the
+    /// exchange overlaps with backward (CPU gradient views).
+    hooks: Option<GradHooks>,
     /// The node-aware exchange's communicators while the trial lives (`hierarchical` only).
     _topology: Option<super::hierarchy::Registered>,
 }
@@ -316,11 +324,20 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         }
         .build(&vs, lr)?;
         let (train, val) = loaders(cfg, device, (rank, size), (train_pack, val_pack), spec)?;
+        let vars = vs.trainable_variables();
+        let backward_order: Vec<Tensor> = vars.iter().rev().map(Tensor::shallow_clone).collect();
+        let views = GradViews::usable(device, &cfg.exchange.staging.resolve(device)?)
+            .then(GradViews::default);
+        let hooks = (views.is_some() && device == Device::Cpu && overlap::overlaps(&cfg.exchange))
+            .then(|| GradHooks::add(&backward_order))
+            .transpose()?;
         Ok(TrialTrainer {
             comm,
             cfg: cfg.clone(),
             device,
-            vars: vs.trainable_variables(),
+            vars,
+            backward_order,
+            hooks,
             buffers: float_buffers(&vs),
             vs,
             net,
@@ -334,8 +351,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             },
             scaler: (cfg.precision == Precision::Fp16).then(LossScaler::default),
             buf: ExchangeBuffer::default(),
-            views: GradViews::usable(device, &cfg.exchange.staging.resolve(device)?)
-                .then(GradViews::default),
+            views,
             _topology: topology,
         })
     }
@@ -444,33 +460,14 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                 smoothing,
             )
         })?;
-        // fp16: backward through the scaled loss, unscaled inside the exchange's weight.
-        let scale = self.scaler.as_ref().map_or(1.0, LossScaler::scale);
-        if scale == 1.0 {
-            loss.f_backward()?;
-        } else {
-            loss.f_mul_scalar(scale)?.f_backward()?;
-        }
         let step_loss = loss.f_double_value(&[])? * f64::from(weight);
-        synchronize(self.device);
-        stats.compute_s += computing.elapsed().as_secs_f64();
-        if let Some(t) = computing_unix {
-            stats
-                .spans
-                .push(Span::until_now(step, SpanKind::Compute, t));
-        }
-        let weight = (f64::from(weight) / scale) as f32;
-        let (s, abandon) = match &mut self.views {
-            Some(v) => v.sync(self.comm, &self.cfg.exchange, &self.vars, weight, stop)?,
-            None => sync_gradients_with_flag(
-                self.comm,
-                &self.cfg.exchange,
-                &self.vars,
-                weight,
-                stop,
-                &mut self.buf,
-            )?,
-        };
+        let (s, abandon) = self.backward_exchange(
+            &loss,
+            weight,
+            (step, stop),
+            (computing, computing_unix),
+            stats,
+        )?;
         stats.allreduce_s += s.seconds;
         stats.allreduce_bytes += s.bytes;
         if traced {
@@ -496,6 +493,62 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                 .push(Span::until_now(step, SpanKind::Optimizer, t));
         }
         Ok(Step::Applied(step_loss))
+    }
+
+    /// Backward (through the scaled loss under fp16, unscaled inside the exchange's weight)
+    /// and the gradient exchange carrying the stop flag — overlapped with backward where the
+    /// hooks are in place and the gradients are bound to the buckets — with forward and
+    /// backward booked as compute (`computing`: when the step began) and the exchange's
+    /// exposed time as all-reduce. Returns the exchange's figures and whether any rank
+    /// raised the stop flag.
+    fn backward_exchange(
+        &mut self,
+        loss: &Tensor,
+        weight: f32,
+        (step, stop): (u32, bool),
+        (computing, computing_unix): (Instant, Option<f64>),
+        stats: &mut EpochStats,
+    ) -> Result<(SyncStats, bool), TrainError> {
+        let scale = self.scaler.as_ref().map_or(1.0, LossScaler::scale);
+        let scaled = if scale == 1.0 {
+            loss.shallow_clone()
+        } else {
+            loss.f_mul_scalar(scale)?
+        };
+        let weight = (f64::from(weight) / scale) as f32;
+        let cfg = self.cfg.exchange;
+        if let (Some(hooks), Some(views)) = (&self.hooks, self.views.as_mut().filter(|v| v.bound()))
+        {
+            let backward = || scaled.f_backward().map_err(TrainError::from);
+            let (s, raised, _) =
+                views.sync_during(self.comm, &cfg, hooks, weight, stop, backward)?;
+            let compute_s = computing.elapsed().as_secs_f64() - s.seconds;
+            stats.compute_s += compute_s;
+            if let Some(start_s) = computing_unix {
+                stats.spans.push(Span {
+                    step,
+                    kind: SpanKind::Compute,
+                    bucket: 0,
+                    start_s,
+                    end_s: start_s + compute_s,
+                });
+            }
+            return Ok((s, raised));
+        }
+        scaled.f_backward()?;
+        synchronize(self.device);
+        stats.compute_s += computing.elapsed().as_secs_f64();
+        if let Some(t) = computing_unix {
+            stats
+                .spans
+                .push(Span::until_now(step, SpanKind::Compute, t));
+        }
+        Ok(match &mut self.views {
+            Some(v) => v.sync(self.comm, &cfg, &self.backward_order, weight, stop)?,
+            None => {
+                sync_gradients_with_flag(self.comm, &cfg, &self.vars, weight, stop, &mut self.buf)?
+            }
+        })
     }
 
     /// Validation on this rank's shard: (summed loss, correct, images).

@@ -10,7 +10,9 @@
 use tch::{nn, Device, Kind, Tensor};
 
 use super::exchange::{exchange_resident, ExchangeConfig};
+use super::hooks::GradHooks;
 use super::inplace::RawComm;
+use super::overlap;
 use super::staging::Resolved;
 use super::sync::SyncStats;
 use super::TrainError;
@@ -145,6 +147,75 @@ impl GradViews {
                 finite,
             },
             raised,
+        ))
+    }
+}
+
+impl GradViews {
+    /// [`GradViews::sync`] overlapped with the backward pass that `backward` runs: each
+    /// bucket is scaled, flagged and handed to the communication thread as soon as the
+    /// hooks report all its gradients accumulated ([`super::overlap`]). The gradients must
+    /// be bound already, on the CPU (the buckets are read as host memory). Returns the
+    /// exchange's figures (its seconds: what the step waited for after backward), whether
+    /// any rank raised `flag`, and backward's own seconds.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sync_during<C: RawComm>(
+        &mut self,
+        comm: &C,
+        cfg: &ExchangeConfig,
+        hooks: &GradHooks,
+        weight: f32,
+        flag: bool,
+        backward: impl FnOnce() -> Result<(), TrainError>,
+    ) -> Result<(SyncStats, bool, f64), TrainError> {
+        let values = self.values();
+        let flat = self
+            .flat
+            .as_ref()
+            .expect("sync_during runs on bound gradients");
+        assert_eq!(
+            flat.device(),
+            Device::Cpu,
+            "overlap reads the buckets as host memory"
+        );
+        // SAFETY: a contiguous CPU f32 tensor of Σ `sizes` elements that this struct owns;
+        // autograd writes a bucket's gradients before its hooks hand it over, and nothing
+        // else touches the tensor until this returns.
+        let buf =
+            unsafe { std::slice::from_raw_parts_mut(flat.data_ptr().cast::<f32>(), values + 1) };
+        let flag_piece = self.sizes.len() - 1;
+        let mut fill = |pieces: std::ops::Range<usize>, bucket: &mut [f32]| {
+            bucket.iter_mut().for_each(|x| *x *= weight);
+            if pieces.end > flag_piece {
+                if let Some(last) = bucket.last_mut() {
+                    *last = f32::from(u8::from(flag));
+                }
+            }
+        };
+        let mut outcome = Ok(());
+        let mut backward_s = 0.0;
+        let mut backward = Some(backward);
+        let mut run = |ready: &mut dyn FnMut(usize)| {
+            let t = std::time::Instant::now();
+            if let Some(b) = backward.take() {
+                outcome = hooks.during(ready, b);
+            }
+            backward_s = t.elapsed().as_secs_f64();
+        };
+        let (times, waited) = overlap::overlapped(comm, cfg, &self.sizes, buf, &mut fill, &mut run);
+        outcome?;
+        let finite = buf[..values].iter().all(|x| x.is_finite());
+        let raised = buf[values] > 0.5;
+        let sent = if comm.size() > 1 { values + 1 } else { 0 };
+        Ok((
+            SyncStats {
+                bytes: (sent * std::mem::size_of::<f32>()) as u64,
+                seconds: waited,
+                buckets: times.buckets,
+                finite,
+            },
+            raised,
+            backward_s,
         ))
     }
 }
