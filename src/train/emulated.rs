@@ -209,13 +209,8 @@ impl EmuRun<'_> {
         );
         if let Some(start_s) = computing_unix {
             // Forward and backward: the reductions' spans lie inside it.
-            stats.spans.push(Span {
-                step,
-                kind: SpanKind::Compute,
-                bucket: 0,
-                start_s,
-                end_s: backward_end,
-            });
+            let compute = Span::between(step, SpanKind::Compute, start_s, backward_end);
+            stats.spans.push(compute);
         }
         self.account(step, &times, waited, stats)
     }

@@ -97,14 +97,7 @@ pub fn allreduce<C: RawComm>(comm: &C, buf: &mut [f32]) {
 /// (for device memory: every kernel writing it has completed). MPI's default error handler
 /// aborts the job on failure, so the return code is always success.
 pub unsafe fn allreduce_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
-    ffi::MPI_Allreduce(
-        aiperf_mpi_in_place(),
-        data.cast(),
-        count_of(len),
-        ffi::RSMPI_FLOAT,
-        ffi::RSMPI_SUM,
-        comm.as_raw(),
-    );
+    allreduce_handle(comm.as_raw(), data, len);
 }
 
 /// The sum onto `comm`'s rank 0 in place, then broadcast from it: every rank's `buf`

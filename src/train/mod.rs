@@ -60,6 +60,17 @@ pub struct Span {
 }
 
 impl Span {
+    /// A span of `kind` from `start_s` to `end_s`.
+    pub fn between(step: u32, kind: SpanKind, start_s: f64, end_s: f64) -> Span {
+        Span {
+            step,
+            kind,
+            bucket: 0,
+            start_s,
+            end_s,
+        }
+    }
+
     /// A span of `kind` from `start_s` to now.
     pub fn until_now(step: u32, kind: SpanKind, start_s: f64) -> Span {
         Span {

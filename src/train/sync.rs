@@ -203,6 +203,22 @@ impl Parts<'_> {
     }
 }
 
+/// Every variable's gradient: `grad()` returns a handle on the gradient's storage, so
+/// writing it writes the gradient. A variable without one is an error naming its index.
+pub(super) fn gradients(vars: &[Tensor]) -> Result<Vec<Tensor>, TrainError> {
+    vars.iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let g = v.grad();
+            if g.defined() {
+                Ok(g)
+            } else {
+                Err(TrainError::NoGradient(i))
+            }
+        })
+        .collect()
+}
+
 /// Replaces each buffer (batch-norm running statistics: non-trainable float variables) by
 /// Σ_ranks weight_rank · buffer_rank, so every rank holds the group's weighted average, as if
 /// the statistics had been gathered over the global batch. Call after each step, with the
@@ -241,19 +257,7 @@ pub fn sync_gradients_with_flag<C: RawComm>(
     flag: bool,
     buf: &mut ExchangeBuffer,
 ) -> Result<(SyncStats, bool), TrainError> {
-    // `grad()` returns a handle on the gradient's storage: writing it writes the gradient.
-    let grads: Vec<Tensor> = vars
-        .iter()
-        .enumerate()
-        .map(|(i, v)| {
-            let g = v.grad();
-            if g.defined() {
-                Ok(g)
-            } else {
-                Err(TrainError::NoGradient(i))
-            }
-        })
-        .collect::<Result<_, _>>()?;
+    let grads = gradients(vars)?;
     let (stats, raised) = weighted_sum(
         comm,
         cfg,

@@ -525,13 +525,10 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             let compute_s = computing.elapsed().as_secs_f64() - s.seconds;
             stats.compute_s += compute_s;
             if let Some(start_s) = computing_unix {
-                stats.spans.push(Span {
-                    step,
-                    kind: SpanKind::Compute,
-                    bucket: 0,
-                    start_s,
-                    end_s: start_s + compute_s,
-                });
+                let end_s = start_s + compute_s;
+                stats
+                    .spans
+                    .push(Span::between(step, SpanKind::Compute, start_s, end_s));
             }
             return Ok((s, raised));
         }

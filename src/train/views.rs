@@ -57,18 +57,7 @@ impl GradViews {
     /// Rebinds every gradient of `vars` (all defined, after a backward) to its slice of a
     /// new flat tensor, values kept.
     fn bind(&mut self, vars: &[Tensor]) -> Result<(), TrainError> {
-        let grads: Vec<Tensor> = vars
-            .iter()
-            .enumerate()
-            .map(|(i, v)| {
-                let g = v.grad();
-                if g.defined() {
-                    Ok(g)
-                } else {
-                    Err(TrainError::NoGradient(i))
-                }
-            })
-            .collect::<Result<_, _>>()?;
+        let grads = super::sync::gradients(vars)?;
         let mut sizes: Vec<usize> = grads.iter().map(Tensor::numel).collect();
         sizes.push(1);
         let total: usize = sizes.iter().sum();
