@@ -25,6 +25,68 @@ pub struct SyncStats {
     pub buckets: Vec<(f64, f64)>,
 }
 
+impl SyncStats {
+    /// The figures of an exchange of `elems` f32s over `comm` (a group of one rank sends
+    /// nothing, whatever the call costs). `finite` is the same on every rank, as the sums are.
+    pub(super) fn of<C: RawComm>(
+        comm: &C,
+        elems: usize,
+        times: ExchangeTimes,
+        finite: bool,
+    ) -> SyncStats {
+        let sent = if comm.size() > 1 { elems } else { 0 };
+        SyncStats {
+            bytes: (sent * std::mem::size_of::<f32>()) as u64,
+            seconds: times.seconds,
+            buckets: times.buckets,
+            finite,
+        }
+    }
+}
+
+/// Scales the first `values` elements of the flat exchange tensor `flat` by `weight` and
+/// writes `extra`, if any, right after them.
+pub(super) fn scale_and_mark(
+    flat: &Tensor,
+    values: usize,
+    weight: f32,
+    extra: Option<f32>,
+) -> Result<(), TrainError> {
+    tch::no_grad(|| -> Result<(), TrainError> {
+        let _ = flat
+            .f_narrow(0, 0, values as i64)?
+            .f_mul_scalar_(f64::from(weight))?;
+        if let Some(x) = extra {
+            let _ = flat.f_narrow(0, values as i64, 1)?.f_fill_(f64::from(x))?;
+        }
+        Ok(())
+    })
+}
+
+/// Sums the flat exchange tensor `flat` (pieces of `sizes`) over `comm` in place, where it
+/// lies; on CUDA after every kernel writing it has completed.
+pub(super) fn reduce_flat<C: RawComm>(
+    comm: &C,
+    cfg: &ExchangeConfig,
+    sizes: &[usize],
+    flat: &Tensor,
+) -> ExchangeTimes {
+    if let Device::Cuda(i) = flat.device() {
+        // MPI reads the memory directly: every kernel writing it must have completed.
+        tch::Cuda::synchronize(i as i64);
+    }
+    // SAFETY: `flat` is a contiguous f32 tensor of Σ `sizes` elements that only this call
+    // uses; on CUDA the MPI said it takes device memory and the device is synchronised.
+    unsafe { exchange_resident(comm, cfg, sizes, flat.data_ptr().cast::<f32>()) }
+}
+
+/// Whether the first `values` sums of `flat` are all finite.
+pub(super) fn finite_sums(flat: &Tensor, values: usize) -> Result<bool, TrainError> {
+    Ok(bool::try_from(
+        flat.f_narrow(0, 0, values as i64)?.f_isfinite()?.f_all()?,
+    )?)
+}
+
 /// Every variable of `vs` (parameters and buffers) in name order: the VarStore's map
 /// iterates in a different order in every process, and the exchange needs one order.
 pub(super) fn all_variables(vs: &tch::nn::VarStore) -> Vec<(String, Tensor)> {
@@ -74,18 +136,7 @@ fn weighted_sum<C: RawComm>(
         Resolved::Host { pinned } => parts.via_host(comm, cfg, buf.host(total, pinned)?)?,
         Resolved::Device(d) => parts.in_place(comm, cfg, &buf.device(total, d)?)?,
     };
-    // A group of one rank exchanges nothing, whatever the call costs.
-    let sent = if comm.size() > 1 { total } else { 0 };
-    Ok((
-        SyncStats {
-            bytes: (sent * std::mem::size_of::<f32>()) as u64,
-            seconds: times.seconds,
-            buckets: times.buckets,
-            // The sum is the same on every rank, so is this verdict.
-            finite,
-        },
-        summed,
-    ))
+    Ok((SyncStats::of(comm, total, times, finite), summed))
 }
 
 /// What a staged exchange returns: its times, whether every summed value is finite, and the
@@ -166,24 +217,12 @@ impl Parts<'_> {
                     .f_copy_(&t.f_reshape([-1])?)?;
                 offset += n;
             }
-            let _ = flat
-                .f_narrow(0, 0, values as i64)?
-                .f_mul_scalar_(f64::from(weight))?;
-            if let Some(x) = extra {
-                let _ = flat.f_narrow(0, values as i64, 1)?.f_fill_(f64::from(x))?;
-            }
-            Ok(())
+            scale_and_mark(flat, values, weight, extra)
         });
         if filled.is_err() {
             let _ = flat.shallow_clone().f_zero_();
         }
-        if let Device::Cuda(i) = flat.device() {
-            // MPI reads the memory directly: every kernel writing it must have completed.
-            tch::Cuda::synchronize(i as i64);
-        }
-        // SAFETY: `flat` is a contiguous f32 tensor of Σ `sizes` elements that only this call
-        // uses; on CUDA the MPI said it takes device memory and the device is synchronised.
-        let times = unsafe { exchange_resident(comm, cfg, sizes, flat.data_ptr().cast::<f32>()) };
+        let times = reduce_flat(comm, cfg, sizes, flat);
         filled?;
         let mut offset = 0;
         tch::no_grad(|| -> Result<(), TrainError> {
@@ -194,12 +233,11 @@ impl Parts<'_> {
             }
             Ok(())
         })?;
-        let finite = bool::try_from(flat.f_narrow(0, 0, values as i64)?.f_isfinite()?.f_all()?)?;
         let summed = match extra {
             Some(_) => flat.f_double_value(&[values as i64])? as f32,
             None => 0.0,
         };
-        Ok((times, finite, summed))
+        Ok((times, finite_sums(flat, values)?, summed))
     }
 }
 

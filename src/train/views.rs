@@ -9,12 +9,12 @@
 
 use tch::{nn, Device, Kind, Tensor};
 
-use super::exchange::{exchange_resident, ExchangeConfig};
+use super::exchange::{ExchangeConfig, ExchangeTimes};
 use super::hooks::GradHooks;
 use super::inplace::RawComm;
 use super::overlap;
 use super::staging::Resolved;
-use super::sync::SyncStats;
+use super::sync::{self, SyncStats};
 use super::TrainError;
 
 /// A trial's gradient buckets.
@@ -107,40 +107,13 @@ impl GradViews {
         }
         let values = self.values();
         let flat = self.flat.as_ref().expect("bound above");
-        tch::no_grad(|| -> Result<(), TrainError> {
-            let _ = flat
-                .f_narrow(0, 0, values as i64)?
-                .f_mul_scalar_(f64::from(weight))?;
-            let _ = flat
-                .f_narrow(0, values as i64, 1)?
-                .f_fill_(f64::from(u8::from(flag)))?;
-            Ok(())
-        })?;
-        if let Device::Cuda(i) = flat.device() {
-            // MPI reads the memory directly: every kernel writing it must have completed.
-            tch::Cuda::synchronize(i as i64);
-        }
-        // SAFETY: `flat` is a contiguous f32 tensor of Σ `sizes` elements on memory MPI
-        // reads (the CPU, or CUDA with a CUDA-aware MPI), synchronised, used by nothing else
-        // until this returns.
-        let times =
-            unsafe { exchange_resident(comm, cfg, &self.sizes, flat.data_ptr().cast::<f32>()) };
-        let finite = bool::try_from(flat.f_narrow(0, 0, values as i64)?.f_isfinite()?.f_all()?)?;
+        sync::scale_and_mark(flat, values, weight, Some(f32::from(u8::from(flag))))?;
+        let times = sync::reduce_flat(comm, cfg, &self.sizes, flat);
+        let finite = sync::finite_sums(flat, values)?;
         let raised = flat.f_double_value(&[values as i64])? > 0.5;
-        let sent = if comm.size() > 1 { values + 1 } else { 0 };
-        Ok((
-            SyncStats {
-                bytes: (sent * std::mem::size_of::<f32>()) as u64,
-                seconds: times.seconds,
-                buckets: times.buckets,
-                finite,
-            },
-            raised,
-        ))
+        Ok((SyncStats::of(comm, values + 1, times, finite), raised))
     }
-}
 
-impl GradViews {
     /// [`GradViews::sync`] overlapped with the backward pass that `backward` runs: each
     /// bucket is scaled, flagged and handed to the communication thread as soon as the
     /// hooks report all its gradients accumulated ([`super::overlap`]). The gradients must
@@ -195,14 +168,13 @@ impl GradViews {
         outcome?;
         let finite = buf[..values].iter().all(|x| x.is_finite());
         let raised = buf[values] > 0.5;
-        let sent = if comm.size() > 1 { values + 1 } else { 0 };
+        // Its seconds: what the step waited for after backward.
+        let exposed = ExchangeTimes {
+            seconds: waited,
+            buckets: times.buckets,
+        };
         Ok((
-            SyncStats {
-                bytes: (sent * std::mem::size_of::<f32>()) as u64,
-                seconds: waited,
-                buckets: times.buckets,
-                finite,
-            },
+            SyncStats::of(comm, values + 1, exposed, finite),
             raised,
             backward_s,
         ))
