@@ -108,3 +108,133 @@ fn the_prediction_falls_with_scale_and_the_hierarchical_exchange_holds_up_better
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert_eq!(plot.matches("<polyline").count(), 4, "{plot}");
 }
+
+/// One run's scores as `aiperf-score --json` gives them (the fields the table reads).
+fn scores(run: &Path, nodes: u32, compute_s: f64, exchange_s: f64) -> serde_json::Value {
+    serde_json::json!({
+        "run": run, "nodes": nodes, "accelerators": 2 * nodes, "steps": 100,
+        "compute_s": compute_s, "allreduce_s": exchange_s, "data_wait_s": 0.0,
+        "train_ops": 1e12 * f64::from(nodes), "val_ops": 0.0,
+        "ops_per_s_per_accelerator": 1e9, "allreduce_bytes": 1e8,
+    })
+}
+
+/// A Chrome trace of one step: forward+backward from 0 to 100 µs, buckets at the spans given.
+fn trace(buckets: &[(f64, f64)]) -> serde_json::Value {
+    let args = serde_json::json!({ "model": 0, "epoch": 0, "step": 0 });
+    let mut events = vec![serde_json::json!({
+        "ph": "X", "cat": "forward+backward", "pid": 0, "tid": 0, "ts": 0.0, "dur": 100.0, "args": args
+    })];
+    for &(a, b) in buckets {
+        events.push(serde_json::json!({
+            "ph": "X", "cat": "exchange", "pid": 0, "tid": 0, "ts": a, "dur": b - a, "args": args
+        }));
+    }
+    serde_json::json!({ "traceEvents": events })
+}
+
+/// Writes a two-repetition study of 1 and 2 nodes under `out`; returns its table's text.
+fn study(out: &Path) -> String {
+    let write = |p: &Path, v: &serde_json::Value| std::fs::write(p, v.to_string()).unwrap();
+    // Per step, 1 node: 9.5 s (9 s compute, 0.5 s exchange). 2 nodes: 12.5 s in
+    // repetition 1 (step efficiency 9.5 / 12.5 = 0.76), 9.5 s in repetition 2 (1.0).
+    for (rep, two_node_compute) in [(1, 12.0), (2, 9.0)] {
+        let dir = out.join(format!("r{rep}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (n1, n2) = (dir.join("n1"), dir.join("n2"));
+        write(
+            &dir.join("scores.json"),
+            &serde_json::json!([
+                scores(&n2, 2, two_node_compute, 0.5),
+                scores(&n1, 1, 9.0, 0.5)
+            ]),
+        );
+        std::fs::write(dir.join("n2.load"), format!("{}.5 0.1 0.1\n", rep)).unwrap();
+        // Buckets 60–90 µs (inside backward) and 100–110 µs (after): 30 of 40 µs hidden.
+        write(
+            &dir.join("n2.trace.json"),
+            &trace(&[(60.0, 90.0), (100.0, 110.0)]),
+        );
+    }
+    let out_ = Command::new("python3")
+        .arg(root().join("scripts/weak_scaling_table.py"))
+        .args([out.to_str().unwrap(), "8", "2", "all"])
+        .output()
+        .unwrap();
+    assert!(out_.status.success(), "{out_:?}");
+    String::from_utf8(out_.stdout).unwrap()
+}
+
+#[test]
+fn the_study_gives_median_and_spread_over_repetitions_and_the_hidden_fraction() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = study(tmp.path());
+    let row = text.lines().find(|l| l.starts_with("| 2 |")).expect(&text);
+    // Step efficiency 0.76 and 1.0 over the two repetitions: median 0.88, spread shown.
+    assert!(row.contains("| 0.8800 (0.7600–1.0000) |"), "{row}");
+    // 30 of the 40 µs of exchange lay inside forward+backward.
+    assert!(row.contains("| 75% |"), "{row}");
+    // Exposed 5 ms per step; 4 ranks, 1 MB per step at 8 Gbit/s: bound 1.5 ms.
+    assert!(row.contains("| 5.00 |") && row.contains("| 1.50 |"), "{row}");
+    assert!(row.contains("3.33x"), "{row}");
+    assert!(row.contains("2.00 (1.50–2.50)"), "load: {row}");
+    let table: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("table.json")).unwrap())
+            .unwrap();
+    let p = &table["points"][1];
+    assert_eq!(p["repetitions"], 2);
+    assert!((p["step_efficiency"].as_f64().unwrap() - 0.88).abs() < 1e-12, "{p}");
+    assert!((p["whole_s"].as_f64().unwrap() - 40e-6).abs() < 1e-12, "{p}");
+}
+
+#[test]
+fn the_check_compares_modelled_and_measured_step_efficiency_and_fails_beyond_tolerance() {
+    let tmp = tempfile::tempdir().unwrap();
+    // A comm-bench record of a pure-bandwidth ring: 4 ranks, 1 GB/s (α = 0, β = 1 ns/B).
+    let mut record = String::new();
+    for k in 16..23 {
+        let m = f64::from(1u32 << k);
+        let t = 2.0 * 3.0 / 4.0 * m * 1e-9;
+        record += &format!(
+            "{}\n",
+            serde_json::json!({"scope": "world", "ranks": 4, "bytes": m, "method": "allreduce-in-place", "seconds": t})
+        );
+    }
+    let bench = tmp.path().join("bench.jsonl");
+    std::fs::write(&bench, record).unwrap();
+    // 1 node (2 ranks): step 0.101 s of which 0.001 s exchange, so 0.1 s compute. 1 MB per
+    // step without overlap: the model's exchange is 2(n−1)/n · 1 ms, 1 ms over 2 ranks and
+    // 1.5 ms over 4, so its efficiency at 2 nodes is (0.1 + 1 ms) / (0.1 + 1.5 ms).
+    let want = (0.1 + 0.001) / (0.1 + 0.0015);
+    let check = |measured: f64| {
+        let point = |nodes: u32, eff: f64| {
+            serde_json::json!({"nodes": nodes, "accelerators": 2 * nodes, "bytes": 1e6,
+                "step_s": 0.101, "exposed_s": 0.001, "step_efficiency": eff})
+        };
+        let study = tmp.path().join("table.json");
+        std::fs::write(
+            &study,
+            serde_json::json!({"ranks_per_node": 2, "group": "all",
+                "points": [point(1, 1.0), point(2, measured)]})
+            .to_string(),
+        )
+        .unwrap();
+        Command::new("python3")
+            .arg(root().join("scripts/scaling-model"))
+            .args(["check", "--no-overlap", "--comm-bench"])
+            .arg(&bench)
+            .arg("--study")
+            .arg(&study)
+            .output()
+            .unwrap()
+    };
+    let ok = check(want);
+    let text = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success(), "{text}");
+    assert!(text.contains(&format!("{want:.4}")), "{text}");
+    assert!(text.contains("largest step-efficiency error: 0.0%"), "{text}");
+    let off = check(want * 0.85);
+    let text = String::from_utf8_lossy(&off.stdout);
+    assert_eq!(off.status.code(), Some(1), "{text}");
+    assert!(text.contains("beyond the 10% tolerance"), "{text}");
+}
