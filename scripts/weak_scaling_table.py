@@ -12,8 +12,8 @@ the repetitions (median, and min-max as the spread):
 - whole exchange per step and the hidden fraction, from the run's step trace
   (RUN.trace.json, `aiperf-score --trace`): each bucket's reduction from its start to its
   end, and the part of it that lay inside the forward+backward span;
-- the alpha-beta bandwidth bound 2(n-1)/n * bytes / link bandwidth, and the exposed and
-  whole exchange as multiples of it;
+- the bandwidth bound 2(N-1)/N * bytes / link bandwidth over N nodes (what any all-reduce
+  moves through each node's link), and the exposed and whole exchange as multiples of it;
 - the machine's 1-minute load average when each run started (RUN.load).
 Writes the table (Markdown) to stdout and the medians to OUT/table.json (for
 `scripts/scaling-model check`).
@@ -103,11 +103,13 @@ def points(reps, bw, rpn, group):
         base, base_step = rep[0]["ops_per_s_per_accelerator"], step_rate(rep[0])
         for s in rep:
             steps = max(s["steps"], 1)
-            ranks = s["accelerators"] if group == "all" else rpn
             nbytes = s["allreduce_bytes"] / steps
             bound = None
-            if bw and ranks > 1 and s["nodes"] > 1:
-                bound = 2 * (ranks - 1) / ranks * nbytes / bw
+            if bw and group == "all" and s["nodes"] > 1:
+                # What any all-reduce must move through each node's link: 2(N-1)/N of the
+                # bytes over N nodes (a flat ring over every rank moves a little more).
+                nodes = s["nodes"]
+                bound = 2 * (nodes - 1) / nodes * nbytes / bw
             whole, hidden = overlap_of(s["run"]) or (None, None)
             p = by_size.setdefault(s["nodes"], {"accelerators": s["accelerators"], "reps": []})
             p["reps"].append({

@@ -30,9 +30,10 @@ pub enum ExchangeMethod {
     AllreducePipelined,
     /// One `MPI_Reduce` onto the group's first rank and one `MPI_Bcast` (the fallback).
     ReduceBcast,
-    /// Node-aware, per bucket as it is filled: reduce onto each node's first rank over shared
-    /// memory, all-reduce among one rank per node, broadcast inside the node
-    /// ([`super::hierarchy`]).
+    /// Node-aware, per bucket as it is filled: each node's share i of the bucket summed onto
+    /// its rank i over shared memory, all-reduced across the nodes among the ranks i, gathered
+    /// back inside the node (with unequal nodes: onto the first ranks and broadcast back;
+    /// [`super::hierarchy`]).
     Hierarchical,
 }
 
