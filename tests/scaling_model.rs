@@ -176,7 +176,10 @@ fn the_study_gives_median_and_spread_over_repetitions_and_the_hidden_fraction() 
     assert!(row.contains("| 75% |"), "{row}");
     // Exposed 5 ms per step; 2 nodes, 1 MB per step at 8 Gbit/s: each node's link must
     // carry 2(2−1)/2 of the bytes, a bound of 1 ms.
-    assert!(row.contains("| 5.00 |") && row.contains("| 1.00 |"), "{row}");
+    assert!(
+        row.contains("| 5.00 |") && row.contains("| 1.00 |"),
+        "{row}"
+    );
     assert!(row.contains("| 5.00x |"), "{row}");
     assert!(row.contains("2.00 (1.50–2.50)"), "load: {row}");
     let table: serde_json::Value =
@@ -184,8 +187,14 @@ fn the_study_gives_median_and_spread_over_repetitions_and_the_hidden_fraction() 
             .unwrap();
     let p = &table["points"][1];
     assert_eq!(p["repetitions"], 2);
-    assert!((p["step_efficiency"].as_f64().unwrap() - 0.88).abs() < 1e-12, "{p}");
-    assert!((p["whole_s"].as_f64().unwrap() - 40e-6).abs() < 1e-12, "{p}");
+    assert!(
+        (p["step_efficiency"].as_f64().unwrap() - 0.88).abs() < 1e-12,
+        "{p}"
+    );
+    assert!(
+        (p["whole_s"].as_f64().unwrap() - 40e-6).abs() < 1e-12,
+        "{p}"
+    );
 }
 
 #[test]
@@ -233,7 +242,10 @@ fn the_check_compares_modelled_and_measured_step_efficiency_and_fails_beyond_tol
     let text = String::from_utf8_lossy(&ok.stdout);
     assert!(ok.status.success(), "{text}");
     assert!(text.contains(&format!("{want:.4}")), "{text}");
-    assert!(text.contains("largest step-efficiency error: 0.0%"), "{text}");
+    assert!(
+        text.contains("largest step-efficiency error: 0.0%"),
+        "{text}"
+    );
     let off = check(want * 0.85);
     let text = String::from_utf8_lossy(&off.stdout);
     assert_eq!(off.status.code(), Some(1), "{text}");
@@ -252,7 +264,11 @@ fn the_model_holds_the_recorded_virtual_cluster_study_within_ten_percent() {
     for (study, overlap, worst) in [
         ("tests/data/weak-scaling-10gbit.json", true, "1.7%"),
         ("tests/data/weak-scaling-2.5gbit.json", true, "1.9%"),
-        ("tests/data/weak-scaling-10gbit-no-overlap.json", false, "5.2%"),
+        (
+            "tests/data/weak-scaling-10gbit-no-overlap.json",
+            false,
+            "5.2%",
+        ),
     ] {
         let mut args = vec!["check", "--study", study, "--comm-bench"];
         args.extend(benches);
