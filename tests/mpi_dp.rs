@@ -214,3 +214,46 @@ fn coll_han_is_refused_before_an_in_place_reduction_can_crash() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("coll_han"), "{err}");
 }
+
+/// Buckets of 1 MiB or more that follow another bucket wait at a barrier first
+/// (`inplace::SYNC_BYTES`: back-to-back reductions across TCP nodes lost a third of their
+/// bandwidth without one). Every rank must make the same calls: 4 MiB in 1 MiB buckets over
+/// 3 ranks, every method, completes (a rank skipping a barrier would leave the others
+/// waiting until the time limit) and reports the same bytes for every method.
+#[test]
+fn buckets_that_wait_at_a_barrier_complete_on_every_rank() {
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let out = Command::new("timeout")
+        .arg("300")
+        .arg(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .args([
+            "3",
+            "comm-bench",
+            "--min-bytes",
+            "4194304",
+            "--max-bytes",
+            "4194304",
+        ])
+        .args(["--iters", "2", "--bucket-bytes", "1048576", "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let exchange = rows
+        .iter()
+        .find(|r| r["method"] == "exchange" && r["scope"] == "world")
+        .expect(&text);
+    assert_eq!(exchange["ranks"], 3, "{exchange}");
+    assert_eq!(exchange["bytes"], 4194304, "{exchange}");
+    assert!(exchange["seconds"].as_f64().unwrap() > 0.0, "{exchange}");
+}

@@ -165,7 +165,7 @@ pub fn exchange<C: RawComm>(
         ExchangeMethod::Allreduce => bucketed(comm, &buckets(sizes, cfg), &mut fill_or_zero, buf),
         ExchangeMethod::Hierarchical => {
             let topo = hierarchy::topology_of(comm);
-            let reduce = |slice: &mut [f32]| {
+            let reduce = |slice: &mut [f32], _: usize| {
                 // SAFETY: `slice` is valid for its length for the whole (blocking) call.
                 unsafe { topo.allreduce_raw(slice.as_mut_ptr(), slice.len()) }
             };
@@ -235,7 +235,12 @@ pub unsafe fn exchange_resident<C: RawComm>(
                     let t = unix_s();
                     match &topo {
                         Some(topo) => topo.allreduce_raw(data.add(offset), b.elems),
-                        None => inplace::allreduce_raw(comm, data.add(offset), b.elems),
+                        None => inplace::allreduce_bucket(
+                            comm.as_raw(),
+                            data.add(offset),
+                            b.elems,
+                            offset > 0,
+                        ),
                     }
                     offset += b.elems;
                     (t, unix_s())
@@ -257,25 +262,28 @@ fn bucketed<C: RawComm>(
     fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
     buf: &mut [f32],
 ) -> Vec<(f64, f64)> {
-    each_bucket(buckets, fill, buf, |slice| inplace::allreduce(comm, slice))
+    each_bucket(buckets, fill, buf, |slice, k| {
+        // SAFETY: `slice` is valid for its length and used by nothing else during the call.
+        unsafe { inplace::allreduce_bucket(comm.as_raw(), slice.as_mut_ptr(), slice.len(), k > 0) }
+    })
 }
 
-/// Fills each bucket and sums it in place with the blocking `reduce`, in turn. Returns each
-/// bucket's (start, end).
+/// Fills each bucket and sums it in place with the blocking `reduce(bucket, k)`, in turn.
+/// Returns each bucket's (start, end).
 fn each_bucket(
     buckets: &[Bucket],
     fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
     buf: &mut [f32],
-    reduce: impl Fn(&mut [f32]),
+    reduce: impl Fn(&mut [f32], usize),
 ) -> Vec<(f64, f64)> {
     let mut spans = Vec::with_capacity(buckets.len());
     let mut rest = buf;
-    for b in buckets {
+    for (k, b) in buckets.iter().enumerate() {
         let (slice, tail) = std::mem::take(&mut rest).split_at_mut(b.elems);
         rest = tail;
         fill(b.pieces.clone(), slice);
         let t = unix_s();
-        reduce(slice);
+        reduce(slice, k);
         spans.push((t, unix_s()));
     }
     spans

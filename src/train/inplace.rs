@@ -117,6 +117,26 @@ pub unsafe fn reduce_bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize)
     bcast_raw(comm, data, len);
 }
 
+/// A bucket this large or larger that follows another bucket of the same exchange waits at a
+/// barrier first. Back-to-back in-place all-reduces between two virtual-cluster nodes over
+/// TCP lost 15–35 % of a single call's bandwidth from 4 MiB up, whatever the sizes or the
+/// algorithm; one barrier between them restored it (docs/scaling.md). A barrier costs one
+/// small message's latency, under 2 % of a bucket this large.
+pub const SYNC_BYTES: usize = 1 << 20;
+
+/// One bucket of an exchange over a raw handle: [`allreduce_handle`], after a barrier when
+/// the bucket `follows` another of the same exchange and holds at least [`SYNC_BYTES`]. Every
+/// rank reduces the same buckets in the same order, so every rank makes the same calls.
+///
+/// # Safety
+/// As [`allreduce_handle`].
+pub unsafe fn allreduce_bucket(comm: ffi::MPI_Comm, data: *mut f32, len: usize, follows: bool) {
+    if follows && len.saturating_mul(4) >= SYNC_BYTES {
+        ffi::MPI_Barrier(comm);
+    }
+    allreduce_handle(comm, data, len);
+}
+
 /// [`allreduce_raw`] over a raw communicator handle (for a communication thread).
 ///
 /// # Safety

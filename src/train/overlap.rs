@@ -52,13 +52,14 @@ struct ForThread<'t>(Reducer<'t>);
 unsafe impl Send for ForThread<'_> {}
 
 impl ForThread<'_> {
-    fn reduce(&self, bucket: &mut [f32]) {
+    /// Reduces the step's bucket `k`.
+    fn reduce(&self, bucket: &mut [f32], k: usize) {
         // SAFETY: `bucket` is valid for its length and used by nothing else until this
         // returns; the communicator is a live one of this process.
         unsafe {
             match self.0 {
                 Reducer::Flat(comm) => {
-                    inplace::allreduce_handle(comm, bucket.as_mut_ptr(), bucket.len())
+                    inplace::allreduce_bucket(comm, bucket.as_mut_ptr(), bucket.len(), k > 0)
                 }
                 Reducer::Nodes(t) => t.allreduce_raw(bucket.as_mut_ptr(), bucket.len()),
             }
@@ -114,7 +115,7 @@ pub fn overlapped<C: RawComm>(
             let mut spans = Vec::new();
             for (k, bucket) in rx {
                 let t = unix_s();
-                reducer.reduce(bucket);
+                reducer.reduce(bucket, k);
                 spans.push((k, t, unix_s()));
             }
             spans
