@@ -93,7 +93,11 @@ def sweeps(out):
         files = [os.path.join(out, "scores.json")]
     if not files:
         sys.exit(f"weak_scaling_table.py: no r*/scores.json under {out}: run scripts/weak-scaling first")
-    return [sorted(json.load(open(f)), key=lambda s: s["nodes"]) for f in files]
+    reps = [sorted(json.load(open(f)), key=lambda s: s["nodes"]) for f in files]
+    empty = [f for f, rep in zip(files, reps) if not rep]
+    if empty:
+        sys.exit(f"weak_scaling_table.py: {empty[0]} scores no run: score the repetition's runs again")
+    return reps
 
 
 def points(reps, bw, rpn, group):

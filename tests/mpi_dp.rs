@@ -6,10 +6,18 @@
 use std::path::Path;
 use std::process::Command;
 
+/// `mpi-launch/mpirun-local` running this build's `aiperf`, under a time limit: a job in
+/// which some rank waits forever fails instead of hanging the suite.
+fn launcher() -> Command {
+    let mut c = Command::new("timeout");
+    c.arg("600")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local"))
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"));
+    c
+}
+
 fn run(np: usize, extra: &[&str]) -> serde_json::Value {
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let out = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+    let out = launcher()
         .args([np.to_string().as_str(), "dp-check"])
         .args(extra)
         .output()
@@ -142,9 +150,7 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
 fn cuda_without_a_device_fails_on_every_rank_with_the_reason() {
     // The tests' build links the CPU libtorch: `--device cuda` must end the job with the
     // reason and a non-zero exit, not fall back to the CPU or leave a rank waiting.
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let out = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+    let out = launcher()
         .args(["2", "dp-check", "--device", "cuda"])
         .output()
         .unwrap();
@@ -174,7 +180,6 @@ fn the_report_names_the_device() {
 /// here, han stands aside and the run would pass — so this test fails if the guard goes.
 #[test]
 fn coll_han_is_refused_before_an_in_place_reduction_can_crash() {
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     for args in [
         &[
             "comm-bench",
@@ -187,8 +192,7 @@ fn coll_han_is_refused_before_an_in_place_reduction_can_crash() {
         ][..],
         &["dp-check", "--steps", "1"][..],
     ] {
-        let out = Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        let out = launcher()
             .env("OMPI_MCA_coll_han_priority", "100")
             .arg("2")
             .args(args)
@@ -204,8 +208,7 @@ fn coll_han_is_refused_before_an_in_place_reduction_can_crash() {
         assert!(err.contains("--mca coll_han_priority 0"), "{err}");
     }
     // The doctor reports it instead of refusing.
-    let out = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+    let out = launcher()
         .env("OMPI_MCA_coll_han_priority", "100")
         .args(["2", "doctor"])
         .output()
@@ -222,11 +225,7 @@ fn coll_han_is_refused_before_an_in_place_reduction_can_crash() {
 /// waiting until the time limit) and reports the same bytes for every method.
 #[test]
 fn buckets_that_wait_at_a_barrier_complete_on_every_rank() {
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let out = Command::new("timeout")
-        .arg("300")
-        .arg(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+    let out = launcher()
         .args([
             "3",
             "comm-bench",
@@ -254,6 +253,9 @@ fn buckets_that_wait_at_a_barrier_complete_on_every_rank() {
         .find(|r| r["method"] == "exchange" && r["scope"] == "world")
         .expect(&text);
     assert_eq!(exchange["ranks"], 3, "{exchange}");
-    assert_eq!(exchange["bytes"], 4194304, "{exchange}");
     assert!(exchange["seconds"].as_f64().unwrap() > 0.0, "{exchange}");
+    assert_eq!(rows.len(), 7, "one row per method: {text}");
+    for r in &rows {
+        assert_eq!(r["bytes"], 4194304, "{r}");
+    }
 }
