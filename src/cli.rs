@@ -67,8 +67,9 @@ pub struct DpCheckArgs {
     #[arg(long)]
     pub frozen_bn: bool,
     /// The gradient exchange checked (docs/scaling.md, "Data-parallel exchange and dp-check"):
-    /// allreduce, allreduce-pipelined or reduce-bcast.
-    #[arg(long, value_enum, default_value = "allreduce")]
+    /// auto (hierarchical where it measures faster, else allreduce; the report says which
+    /// and what was measured), allreduce, allreduce-pipelined, reduce-bcast or hierarchical.
+    #[arg(long, value_enum, default_value = "auto")]
     pub exchange: crate::train::exchange::ExchangeMethod,
     /// Bytes per exchange bucket (small values check the pipelined path).
     #[arg(long, default_value_t = crate::train::exchange::DEFAULT_BUCKET_BYTES)]

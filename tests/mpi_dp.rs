@@ -88,7 +88,13 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
     // staging: identical ranks, the same bytes, and the same training up to summation order.
     for np in [2, 3] {
         let runs: Vec<serde_json::Value> = [
-            &["--frozen-bn", "--bucket-bytes", "4096"][..],
+            &[
+                "--frozen-bn",
+                "--bucket-bytes",
+                "4096",
+                "--exchange",
+                "allreduce",
+            ][..],
             &[
                 "--frozen-bn",
                 "--bucket-bytes",
@@ -144,6 +150,32 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
             assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{a} vs {b}");
         }
     }
+}
+
+#[test]
+fn auto_takes_the_flat_exchange_on_one_node_without_timing_it() {
+    // On one node the node-aware exchange is the flat one plus calls: `auto` (the default)
+    // must take `allreduce` unmeasured, say so, and train exactly as `allreduce` does.
+    // tests/virtual_cluster.rs has the measured choice across nodes.
+    let flat = run(3, &["--frozen-bn", "--exchange", "allreduce"]);
+    let auto = run(3, &["--frozen-bn"]);
+    assert_eq!(flat["exchange"], "allreduce");
+    assert!(flat["choice"].is_null(), "{flat}");
+    assert_eq!(auto["exchange"], "allreduce", "{auto}");
+    let c = &auto["choice"];
+    assert_eq!(
+        (c["nodes"].as_u64(), c["ranks_per_node"].as_u64()),
+        (Some(1), Some(3))
+    );
+    assert_eq!(c["method"], "allreduce");
+    assert!(
+        c["flat_s"].is_null() && c["hierarchical_s"].is_null(),
+        "{c}"
+    );
+    assert_eq!(auto["identical"], true);
+    // The same calls in the same order: bit-identical training, not just close.
+    assert_eq!(auto["param_sum"], flat["param_sum"]);
+    assert_eq!(auto["losses"], flat["losses"]);
 }
 
 #[test]

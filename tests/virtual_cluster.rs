@@ -18,7 +18,8 @@
 //! 4. `aiperf comm-bench` across the nodes: world figures (over the network) beside the
 //!    within-node groups' (shared memory);
 //! 5. the node-aware exchange (`--exchange hierarchical`) across the nodes in `dp-check`:
-//!    bit-identical ranks, and the flat exchange's training up to summation order.
+//!    bit-identical ranks, and the flat exchange's training up to summation order; `auto`
+//!    (the default) times both there and trains with the faster, bit for bit.
 //!
 //! It needs root (namespaces, veths, bridge) and the Debian packages that scripts/setup
 //! installs; under `make test` (AIPERF_REQUIRE_PREREQS=1) a missing one fails the test.
@@ -605,9 +606,11 @@ fn hierarchical_exchange_across_nodes() {
         let stdout = String::from_utf8_lossy(&out.stdout);
         serde_json::from_str(stdout.lines().rfind(|l| l.starts_with('{')).unwrap()).unwrap()
     };
-    let flat = dp(&[]);
+    let flat = dp(&["--exchange", "allreduce"]);
     let hier = dp(&["--exchange", "hierarchical"]);
-    for r in [&flat, &hier] {
+    // The default, `auto`: across nodes of 2 ranks both exchanges are timed on the group.
+    let auto = dp(&[]);
+    for r in [&flat, &hier, &auto] {
         assert_eq!(r["identical"], true, "{r}");
         assert_eq!(r["ranks"], 6, "{r}");
     }
@@ -616,6 +619,29 @@ fn hierarchical_exchange_across_nodes() {
         hier["param_sum"].as_f64().unwrap(),
     );
     assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{a} vs {b}");
+    let c = &auto["choice"];
+    assert_eq!(
+        (c["nodes"].as_u64(), c["ranks_per_node"].as_u64()),
+        (Some(3), Some(2))
+    );
+    let (f, h) = (
+        c["flat_s"].as_f64().unwrap(),
+        c["hierarchical_s"].as_f64().unwrap(),
+    );
+    assert!(f > 0.0 && h > 0.0, "{c}");
+    // The faster one is taken, and it is the one that ran: its training is that exchange's,
+    // bit for bit.
+    let (taken, same_as) = if h < f {
+        ("hierarchical", &hier)
+    } else {
+        ("allreduce", &flat)
+    };
+    assert_eq!(
+        (&c["method"], &auto["exchange"]),
+        (&taken.into(), &taken.into()),
+        "{c}"
+    );
+    assert_eq!(auto["param_sum"], same_as["param_sum"], "{auto}");
 }
 
 #[test]

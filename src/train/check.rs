@@ -12,6 +12,7 @@ use serde::Serialize;
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Tensor};
 
+use super::exchange::ExchangeMethod;
 use super::sync::{all_variables, float_buffers};
 use super::{average_buffers, sync_gradients, TrainError};
 use crate::arch::{cifar_resnet, CifarResnetConfig, Shape};
@@ -33,6 +34,10 @@ pub struct DpReport {
     pub losses: Vec<f64>,
     /// Bytes each rank exchanged per step.
     pub bytes_per_step: u64,
+    /// The exchange that ran (`auto` resolved).
+    pub exchange: ExchangeMethod,
+    /// What `auto` measured and chose, when it was asked for.
+    pub choice: Option<super::choose::Choice>,
 }
 
 /// A hash of every parameter's bits, in name order.
@@ -61,7 +66,9 @@ pub fn dp_check<C: super::inplace::RawComm>(
     device: Device,
 ) -> Result<DpReport, TrainError> {
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-    let _topology = super::hierarchy::register(comm, cfg);
+    let choice = (cfg.method == ExchangeMethod::Auto).then(|| super::choose::choice(comm, cfg));
+    let (cfg, _topology) = super::choose::prepare(comm, cfg);
+    let cfg = &cfg;
     tch::manual_seed(0);
     let g = cifar_resnet(
         &CifarResnetConfig {
@@ -130,5 +137,7 @@ pub fn dp_check<C: super::inplace::RawComm>(
         param_sum,
         losses,
         bytes_per_step: bytes,
+        exchange: cfg.method,
+        choice,
     })
 }

@@ -63,6 +63,8 @@ impl Trainer for EmulatedTrainer {
         _round: u32,
     ) -> Result<Box<dyn TrialRun + 'c>, TrainError> {
         let trial = SimTrial::for_group(spec, comm, self.ops_per_s, self.images, self.seed)?;
+        // Collective over the group, like the trial's exchanges.
+        let (cfg, topology) = super::choose::prepare(comm, &self.exchange);
         let count = OpCount::of(&spec.graph).map_err(|e| TrainError::Config(e.to_string()))?;
         let steps = trial.steps();
         let rate = self.ops_per_s * f64::from(comm.size());
@@ -89,7 +91,7 @@ impl Trainer for EmulatedTrainer {
         }
         Ok(Box::new(EmuRun {
             comm,
-            cfg: self.exchange,
+            cfg,
             trial,
             images: self.images,
             steps,
@@ -101,7 +103,7 @@ impl Trainer for EmulatedTrainer {
             grads,
             buf,
             trace_steps: self.trace_steps,
-            _topology: super::hierarchy::register(comm, &self.exchange),
+            _topology: topology,
         }))
     }
 

@@ -21,8 +21,11 @@ use super::TrainError;
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExchangeMethod {
+    /// The default: `hierarchical` where it measures faster on the group's first trial, else
+    /// `allreduce` ([`super::choose`]; resolved before any exchange runs).
+    Auto,
     /// Buckets reduced in place by blocking `MPI_Allreduce`, each as soon as it is filled
-    /// (the default: faster than the non-blocking calls where MPI progresses them only
+    /// (the flat exchange: than the non-blocking calls where MPI progresses them only
     /// inside MPI calls, as OpenMPI over shared memory and TCP does; measured in docs/scaling.md).
     Allreduce,
     /// Buckets reduced by non-blocking `MPI_Iallreduce`, filling bucket k+1 while bucket k
@@ -35,6 +38,19 @@ pub enum ExchangeMethod {
     /// back inside the node (with unequal nodes: onto the first ranks and broadcast back;
     /// [`super::hierarchy`]).
     Hierarchical,
+}
+
+impl ExchangeMethod {
+    /// The name as the flag and the records spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExchangeMethod::Auto => "auto",
+            ExchangeMethod::Allreduce => "allreduce",
+            ExchangeMethod::AllreducePipelined => "allreduce-pipelined",
+            ExchangeMethod::ReduceBcast => "reduce-bcast",
+            ExchangeMethod::Hierarchical => "hierarchical",
+        }
+    }
 }
 
 /// DDP's default bucket cap, 25 MiB (`bucket_cap_mb=25`).
@@ -65,7 +81,7 @@ pub struct ExchangeConfig {
 impl Default for ExchangeConfig {
     fn default() -> Self {
         ExchangeConfig {
-            method: ExchangeMethod::Allreduce,
+            method: ExchangeMethod::Auto,
             bucket_bytes: DEFAULT_BUCKET_BYTES,
             first_bucket_bytes: DEFAULT_FIRST_BUCKET_BYTES,
             staging: Staging::Auto,
@@ -162,12 +178,16 @@ pub fn exchange<C: RawComm>(
             inplace::reduce_bcast(comm, buf);
             vec![(t, unix_s())]
         }
-        ExchangeMethod::Allreduce => bucketed(comm, &buckets(sizes, cfg), &mut fill_or_zero, buf),
+        // `auto` is resolved before any exchange ([`super::choose::prepare`]); unresolved it
+        // is the flat one.
+        ExchangeMethod::Allreduce | ExchangeMethod::Auto => {
+            bucketed(comm, &buckets(sizes, cfg), &mut fill_or_zero, buf)
+        }
         ExchangeMethod::Hierarchical => {
             let topo = hierarchy::topology_of(comm);
-            let reduce = |slice: &mut [f32], _: usize| {
+            let reduce = |slice: &mut [f32], k: usize| {
                 // SAFETY: `slice` is valid for its length for the whole (blocking) call.
-                unsafe { topo.allreduce_raw(slice.as_mut_ptr(), slice.len()) }
+                unsafe { topo.allreduce_raw(slice.as_mut_ptr(), slice.len(), k > 0) }
             };
             each_bucket(&buckets(sizes, cfg), &mut fill_or_zero, buf, reduce)
         }
@@ -225,6 +245,7 @@ pub unsafe fn exchange_resident<C: RawComm>(
             vec![(t, unix_s())]
         }
         ExchangeMethod::Allreduce
+        | ExchangeMethod::Auto
         | ExchangeMethod::AllreducePipelined
         | ExchangeMethod::Hierarchical => {
             let topo =
@@ -234,7 +255,7 @@ pub unsafe fn exchange_resident<C: RawComm>(
                 .map(|b| {
                     let t = unix_s();
                     match &topo {
-                        Some(topo) => topo.allreduce_raw(data.add(offset), b.elems),
+                        Some(topo) => topo.allreduce_raw(data.add(offset), b.elems, offset > 0),
                         None => inplace::allreduce_bucket(
                             comm.as_raw(),
                             data.add(offset),

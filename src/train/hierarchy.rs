@@ -15,6 +15,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use mpi::ffi;
+use mpi::raw::AsRaw;
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::Communicator;
 
@@ -61,21 +62,24 @@ impl Topology {
         self.node.size() as usize
     }
 
-    /// Sums `len` f32s at `data` over the group.
+    /// Sums `len` f32s at `data` over the group. When the bucket `follows` another of the
+    /// same exchange and holds [`inplace::SYNC_BYTES`] or more, the step across the nodes
+    /// waits at a barrier first, as the flat exchange does: the node's shards cross its link
+    /// together, so the whole bucket counts.
     ///
     /// # Safety
     /// As [`inplace::allreduce_raw`].
-    pub unsafe fn allreduce_raw(&self, data: *mut f32, len: usize) {
+    pub unsafe fn allreduce_raw(&self, data: *mut f32, len: usize, follows: bool) {
         if self.sharded {
-            self.sharded_allreduce(data, len);
+            self.sharded_allreduce(data, len, follows);
         } else {
-            self.leader_allreduce(data, len);
+            self.leader_allreduce(data, len, follows);
         }
     }
 
     /// Reduce shard i onto node rank i, all-reduce it among the ranks i of every node,
     /// gather the shards inside the node.
-    unsafe fn sharded_allreduce(&self, data: *mut f32, len: usize) {
+    unsafe fn sharded_allreduce(&self, data: *mut f32, len: usize, follows: bool) {
         let l = self.node_size();
         let bounds: Vec<usize> = (0..=l).map(|i| i * len / l).collect();
         if l > 1 {
@@ -86,6 +90,9 @@ impl Topology {
         }
         let me = self.node.rank() as usize;
         if let Some(across) = self.across.as_ref().filter(|a| a.size() > 1) {
+            if inplace::waits(len, follows) {
+                ffi::MPI_Barrier(across.as_raw());
+            }
             inplace::allreduce_raw(across, data.add(bounds[me]), bounds[me + 1] - bounds[me]);
         }
         if l > 1 {
@@ -94,13 +101,13 @@ impl Topology {
     }
 
     /// Reduce onto the node's first rank, all-reduce among the first ranks, broadcast.
-    unsafe fn leader_allreduce(&self, data: *mut f32, len: usize) {
+    unsafe fn leader_allreduce(&self, data: *mut f32, len: usize, follows: bool) {
         let on_node = self.node.size() > 1;
         if on_node {
             inplace::reduce_raw(&self.node, data, len);
         }
         if let Some(leaders) = self.across.as_ref().filter(|l| l.size() > 1) {
-            inplace::allreduce_raw(leaders, data, len);
+            inplace::allreduce_bucket(leaders.as_raw(), data, len, follows);
         }
         if on_node {
             inplace::bcast_raw(&self.node, data, len);

@@ -132,10 +132,16 @@ pub const SYNC_BYTES: usize = 1 << 20;
 /// # Safety
 /// As [`allreduce_handle`].
 pub unsafe fn allreduce_bucket(comm: ffi::MPI_Comm, data: *mut f32, len: usize, follows: bool) {
-    if follows && len.saturating_mul(4) >= SYNC_BYTES {
+    if waits(len, follows) {
         ffi::MPI_Barrier(comm);
     }
     allreduce_handle(comm, data, len);
+}
+
+/// Whether a bucket of `len` f32s that `follows` another (or not) waits at a barrier before
+/// its reduction ([`SYNC_BYTES`]).
+pub fn waits(len: usize, follows: bool) -> bool {
+    follows && len.saturating_mul(4) >= SYNC_BYTES
 }
 
 /// [`allreduce_raw`] over a raw communicator handle (for a communication thread).

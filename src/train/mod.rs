@@ -8,6 +8,7 @@
 
 pub mod amp;
 mod check;
+pub mod choose;
 pub mod emulated;
 pub mod exchange;
 pub mod fault;

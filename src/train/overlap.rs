@@ -61,7 +61,7 @@ impl ForThread<'_> {
                 Reducer::Flat(comm) => {
                     inplace::allreduce_bucket(comm, bucket.as_mut_ptr(), bucket.len(), k > 0)
                 }
-                Reducer::Nodes(t) => t.allreduce_raw(bucket.as_mut_ptr(), bucket.len()),
+                Reducer::Nodes(t) => t.allreduce_raw(bucket.as_mut_ptr(), bucket.len(), k > 0),
             }
         }
     }

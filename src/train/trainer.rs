@@ -309,7 +309,11 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         }
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
         // Collective over the group, like everything else here.
-        let topology = super::hierarchy::register(comm, &cfg.exchange);
+        let (exchange, topology) = super::choose::prepare(comm, &cfg.exchange);
+        let cfg = &TrainConfig {
+            exchange,
+            ..cfg.clone()
+        };
         tch::manual_seed(spec.seed as i64);
         let vs = nn::VarStore::new(device);
         let net = Net::build(&vs.root(), &spec.graph)?;
