@@ -310,10 +310,6 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
         // Collective over the group, like everything else here.
         let (exchange, topology) = super::choose::prepare(comm, &cfg.exchange);
-        let cfg = &TrainConfig {
-            exchange,
-            ..cfg.clone()
-        };
         tch::manual_seed(spec.seed as i64);
         let vs = nn::VarStore::new(device);
         let net = Net::build(&vs.root(), &spec.graph)?;
@@ -330,14 +326,17 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let (train, val) = loaders(cfg, device, (rank, size), (train_pack, val_pack), spec)?;
         let vars = vs.trainable_variables();
         let backward_order: Vec<Tensor> = vars.iter().rev().map(Tensor::shallow_clone).collect();
-        let views = GradViews::usable(device, &cfg.exchange.staging.resolve(device)?)
-            .then(GradViews::default);
-        let hooks = (views.is_some() && device == Device::Cpu && overlap::overlaps(&cfg.exchange))
+        let views =
+            GradViews::usable(device, &exchange.staging.resolve(device)?).then(GradViews::default);
+        let hooks = (views.is_some() && device == Device::Cpu && overlap::overlaps(&exchange))
             .then(|| GradHooks::add(&backward_order))
             .transpose()?;
         Ok(TrialTrainer {
             comm,
-            cfg: cfg.clone(),
+            cfg: TrainConfig {
+                exchange,
+                ..cfg.clone()
+            },
             device,
             vars,
             backward_order,
