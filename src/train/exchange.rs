@@ -148,7 +148,7 @@ pub fn unix_s() -> f64 {
 pub struct ExchangeTimes {
     /// Wall seconds of the whole exchange.
     pub seconds: f64,
-    /// Per reduction, in order: each bucket, or each fused run of ready buckets.
+    /// Per bucket, in order.
     pub buckets: Vec<(f64, f64)>,
 }
 
@@ -222,12 +222,10 @@ pub fn exchange_flat<C: RawComm>(
 }
 
 /// Sums over `comm` the pieces of `sizes` elements already in place, one after another, at
-/// `data` (a flat buffer on the tensors' device, `--exchange-staging device`, or the
-/// gradient views after backward, `--no-overlap`): the values are all there before the first
-/// reduction starts, so buckets have nothing to overlap with, and consecutive buckets are
-/// fused into blocking in-place `MPI_Allreduce`s of up to [`FUSION_BYTES`] each, as Horovod
-/// fuses the tensors that are ready ([`fused`]; `allreduce-pipelined` does the same); or one
-/// reduce + broadcast.
+/// `data` (a flat buffer on the tensors' device, `--exchange-staging device`): each bucket
+/// by a blocking in-place `MPI_Allreduce` (the values are all there before the first starts,
+/// so there is no copy to overlap and `allreduce-pipelined` does the same), or one reduce +
+/// broadcast.
 ///
 /// # Safety
 /// `data` must be valid for Σ `sizes` f32s that MPI can read and write (host memory, or
@@ -253,19 +251,19 @@ pub unsafe fn exchange_resident<C: RawComm>(
             let topo =
                 (cfg.method == ExchangeMethod::Hierarchical).then(|| hierarchy::topology_of(comm));
             let mut offset = 0;
-            (fused(&buckets(sizes, cfg)).into_iter())
-                .map(|elems| {
+            (buckets(sizes, cfg).iter())
+                .map(|b| {
                     let t = unix_s();
                     match &topo {
-                        Some(topo) => topo.allreduce_raw(data.add(offset), elems, offset > 0),
+                        Some(topo) => topo.allreduce_raw(data.add(offset), b.elems, offset > 0),
                         None => inplace::allreduce_bucket(
                             comm.as_raw(),
                             data.add(offset),
-                            elems,
+                            b.elems,
                             offset > 0,
                         ),
                     }
-                    offset += elems;
+                    offset += b.elems;
                     (t, unix_s())
                 })
                 .collect()
@@ -275,25 +273,6 @@ pub unsafe fn exchange_resident<C: RawComm>(
         seconds: started.elapsed().as_secs_f64(),
         buckets: spans,
     }
-}
-
-/// The most bytes one fused reduction of ready buckets holds: Horovod's default fusion
-/// buffer (`HOROVOD_FUSION_THRESHOLD`, 64 MiB).
-pub const FUSION_BYTES: usize = 64 << 20;
-
-/// The elements of each reduction when `buckets`, all ready, are fused: consecutive buckets
-/// joined while the sum stays within [`FUSION_BYTES`] (a larger bucket alone). Every rank
-/// has the same buckets, so every rank makes the same calls.
-pub fn fused(buckets: &[Bucket]) -> Vec<usize> {
-    let cap = FUSION_BYTES / 4;
-    let mut out: Vec<usize> = Vec::new();
-    for b in buckets {
-        match out.last_mut() {
-            Some(last) if *last + b.elems <= cap => *last += b.elems,
-            _ => out.push(b.elems),
-        }
-    }
-    out
 }
 
 /// Fills each bucket and reduces it in place with a blocking `MPI_Allreduce`, in turn.
@@ -397,26 +376,5 @@ mod tests {
         let r50 = vec![25_557_032 / 100; 100];
         let n = buckets(&r50, &ExchangeConfig::default()).len();
         assert!((4..=6).contains(&n), "{n}");
-    }
-
-    #[test]
-    fn ready_buckets_fuse_up_to_the_fusion_buffer() {
-        let b = |elems| Bucket {
-            pieces: 0..1,
-            elems,
-        };
-        let cap = FUSION_BYTES / 4;
-        // ResNet-50's 102 MB in DDP's buckets (about five): two calls.
-        let r50 = vec![25_557_032 / 100; 100];
-        let calls = fused(&buckets(&r50, &ExchangeConfig::default()));
-        assert_eq!(calls.len(), 2, "{calls:?}");
-        assert!(calls.iter().all(|&c| c <= cap), "{calls:?}");
-        assert_eq!(calls.iter().sum::<usize>(), r50.iter().sum::<usize>());
-        // Joined while they fit; a bucket past the cap alone; nothing lost.
-        let sizes = [cap / 2, cap / 2, 1, cap + 5, 3, 4];
-        let got = fused(&sizes.map(b));
-        assert_eq!(got, vec![cap, 1, cap + 5, 7]);
-        assert_eq!(got.iter().sum::<usize>(), sizes.iter().sum::<usize>());
-        assert!(fused(&[]).is_empty());
     }
 }
