@@ -162,12 +162,14 @@ fn auto_takes_the_flat_exchange_on_one_node_without_timing_it() {
     assert_eq!(flat["exchange"], "allreduce");
     assert!(flat["choice"].is_null(), "{flat}");
     assert_eq!(auto["exchange"], "allreduce", "{auto}");
-    let c = &auto["choice"];
+    assert_eq!(auto["choice"]["method"], "allreduce", "{auto}");
+    let groups = auto["choice"]["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 1, "{auto}");
+    let c = &groups[0];
     assert_eq!(
         (c["nodes"].as_u64(), c["ranks_per_node"].as_u64()),
         (Some(1), Some(3))
     );
-    assert_eq!(c["method"], "allreduce");
     assert!(
         c["flat_s"].is_null() && c["hierarchical_s"].is_null(),
         "{c}"

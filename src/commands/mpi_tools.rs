@@ -143,7 +143,7 @@ pub fn dp_check(a: &crate::cli::DpCheckArgs) -> anyhow::Result<()> {
     let universe = init_mpi()?;
     let world = universe.world();
     tch::set_num_threads(1);
-    let cfg = crate::train::exchange::ExchangeConfig {
+    let mut cfg = crate::train::exchange::ExchangeConfig {
         method: a.exchange,
         bucket_bytes: a.bucket_bytes,
         first_bucket_bytes: a
@@ -155,7 +155,13 @@ pub fn dp_check(a: &crate::cli::DpCheckArgs) -> anyhow::Result<()> {
     // The node-local index, as `aiperf run` places ranks on devices.
     let local = world.split_shared(0).rank() as usize;
     let device = super::agree(&world, a.device.resolve(local).map_err(anyhow::Error::msg))?;
-    let report = crate::train::dp_check(&world, a.steps, a.frozen_bn, &cfg, device)?;
+    // `auto`, as `aiperf run` resolves it: the world is the one group.
+    let choice = crate::train::choose::for_run(&world, Some(&world), &cfg);
+    if let Some(c) = &choice {
+        cfg.method = c.method;
+    }
+    let mut report = crate::train::dp_check(&world, a.steps, a.frozen_bn, &cfg, device)?;
+    report.choice = choice;
     if world.rank() == 0 {
         println!("{}", serde_json::to_string(&report)?);
     }

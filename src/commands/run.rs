@@ -61,6 +61,17 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         once(&world, fresh.map_err(anyhow::Error::msg))?;
     }
     set_results_hint(&results);
+    let rank = world.rank();
+    let color = place.layout.group_of[rank as usize]
+        .map_or(Color::undefined(), |g| Color::with_value(g as i32));
+    let group_comm = world.split_by_color(color);
+    // `--exchange auto` measured on the groups and resolved before anything is recorded.
+    if config.trainer != TrainerKind::Simulated {
+        let x = &mut config.preset.train.exchange;
+        if let Some(c) = crate::train::choose::for_run(&world, group_comm.as_ref(), x) {
+            x.method = c.method;
+        }
+    }
     let built = trainer(&world, &config, &place, &flags);
     let (trainer, start_graph, dataset) = agree(&world, built)?;
     let ctx = context(
@@ -90,10 +101,6 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
             results.display()
         );
     }
-    let rank = world.rank();
-    let color = place.layout.group_of[rank as usize]
-        .map_or(Color::undefined(), |g| Color::with_value(g as i32));
-    let group_comm = world.split_by_color(color);
     if let Err(e) = run_role(&world, group_comm.as_ref(), &place, &ctx, &config, &start) {
         // Resuming helps only where the run has records to resume from.
         let hint = if results.join(aiperf_records::schema::PRIMARY_FILE).is_file() {

@@ -1,17 +1,17 @@
-//! `--exchange auto`, the default: the node-aware exchange where it measures faster on the
-//! group, the flat one elsewhere. The choice is made once per group communicator, on its
-//! first trial (or check, or sweep), collectively: where the group has one node, or one rank
-//! per node, the node-aware exchange is the flat one with extra calls and the flat one is
-//! taken unmeasured; otherwise both are timed on a probe the size of the run's buckets,
-//! interleaved, and the slower rank's time decides — a figure every rank holds, so every
-//! rank takes the same side. The choice and its figures go to the log (and dp-check's
-//! report), so a run's exchange can be traced back to what was measured.
+//! `--exchange auto`, the default: the node-aware exchange where it measures faster, the
+//! flat one elsewhere. `aiperf run` and `dp-check` resolve it once at start-up, over the
+//! whole job ([`for_run`]), before the configuration is recorded: every group times both
+//! exchanges on a probe the size of the run's buckets, in turns, the slowest rank's medians
+//! counting (a figure every rank of the group holds); a group on one node, or with one rank
+//! per node, has nothing to choose (there the node-aware exchange is the flat one plus
+//! calls) and is not timed. The groups' figures are gathered to every rank, summed in the
+//! same order everywhere, and the faster exchange taken for the whole run — so the recorded
+//! configuration names the exchange that ran, and an audit replays it without measuring.
+//! The figures and the choice go to rank 0's log (and dp-check's report).
 
-use std::cell::RefCell;
 use std::time::Instant;
 
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
-use mpi::ffi;
 use mpi::traits::Communicator;
 use serde::Serialize;
 
@@ -53,59 +53,137 @@ impl Choice {
         );
         match (self.flat_s, self.hierarchical_s, self.probe_bytes) {
             (Some(f), Some(h), Some(b)) => format!(
-                "exchange auto on {layout}: a {b}-byte probe took {:.3} ms flat, {:.3} ms node-aware (medians of {REPS}, slowest rank) -> {}",
+                "exchange auto, a group on {layout}: a {b}-byte probe took {:.3} ms flat, {:.3} ms node-aware (medians of {REPS}, slowest rank) -> {}",
                 f * 1e3,
                 h * 1e3,
                 self.method.name()
             ),
             _ => format!(
-                "exchange auto on {layout}: the node-aware exchange is the flat one there -> {}",
+                "exchange auto, a group on {layout}: the node-aware exchange is the flat one there -> {}",
                 self.method.name()
             ),
         }
     }
 }
 
-thread_local! {
-    /// The choices made on this thread, by the group communicator's handle (a group's
-    /// communicator lives for the whole run, so its first trial's choice holds for all).
-    static CHOSEN: RefCell<Vec<(ffi::MPI_Comm, Choice)>> = const { RefCell::new(Vec::new()) };
+/// `auto` resolved for a whole run: the exchange taken and every group's figures.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunChoice {
+    /// The exchange every group uses.
+    pub method: ExchangeMethod,
+    /// Each group's layout and probe times, in group order.
+    pub groups: Vec<Choice>,
 }
 
-/// The exchange `cfg` asks for, with `auto` resolved over `comm` (collective over `comm`
-/// the first time for a communicator: every rank of the group calls it at the same point),
-/// and the node-aware exchange's communicators registered where it is the one. The
-/// returned guard keeps them registered.
+impl RunChoice {
+    /// One line for the log.
+    pub fn describe(&self) -> String {
+        let timed: Vec<&Choice> = self.groups.iter().filter(|g| g.flat_s.is_some()).collect();
+        if timed.is_empty() {
+            return format!(
+                "exchange auto: none of the {} group(s) spans several nodes with several ranks on one, where the node-aware exchange would differ -> {}",
+                self.groups.len(),
+                self.method.name()
+            );
+        }
+        let sum = |f: fn(&Choice) -> Option<f64>| timed.iter().filter_map(|g| f(g)).sum::<f64>();
+        format!(
+            "exchange auto: {} of {} group(s) timed both on a probe the size of the run's buckets (medians of {REPS}, slowest rank); in all {:.3} ms flat, {:.3} ms node-aware -> {}",
+            timed.len(),
+            self.groups.len(),
+            sum(|g| g.flat_s) * 1e3,
+            sum(|g| g.hierarchical_s) * 1e3,
+            self.method.name()
+        )
+    }
+}
+
+/// Resolves `auto` in `cfg` for a whole job (collective over `world`: every rank calls it at
+/// the same point; `group` is this rank's replica group, `None` on ranks in none). Other
+/// methods are returned as they are, with no collective call. The choice is logged by
+/// `world`'s rank 0 and each timed group's first rank.
+pub fn for_run<W: Communicator, C: RawComm>(
+    world: &W,
+    group: Option<&C>,
+    cfg: &ExchangeConfig,
+) -> Option<RunChoice> {
+    if cfg.method != ExchangeMethod::Auto {
+        return None;
+    }
+    let mine = group.map(|g| (g.rank() == 0, choose(g, cfg)));
+    if let Some((true, c)) = &mine {
+        if c.flat_s.is_some() {
+            log::debug!("{}", c.describe());
+        }
+    }
+    // Each group's first rank speaks for it: [leads, nodes, ranks per node, probe bytes,
+    // flat, node-aware] (NaN where not timed).
+    let row = match &mine {
+        Some((true, c)) => [
+            1.0,
+            f64::from(c.nodes),
+            f64::from(c.ranks_per_node),
+            c.probe_bytes.map_or(f64::NAN, |b| b as f64),
+            c.flat_s.unwrap_or(f64::NAN),
+            c.hierarchical_s.unwrap_or(f64::NAN),
+        ],
+        _ => [0.0; 6],
+    };
+    let mut all = vec![0f64; 6 * world.size() as usize];
+    world.all_gather_into(&row[..], &mut all[..]);
+    let some = |x: f64| Some(x).filter(|x| x.is_finite());
+    let groups: Vec<Choice> = all
+        .chunks_exact(6)
+        .filter(|r| r[0] == 1.0)
+        .map(|r| Choice {
+            method: ExchangeMethod::Allreduce,
+            nodes: r[1] as u32,
+            ranks_per_node: r[2] as u32,
+            probe_bytes: some(r[3]).map(|b| b as u64),
+            flat_s: some(r[4]),
+            hierarchical_s: some(r[5]),
+        })
+        .collect();
+    // The same rows in the same order on every rank: the same sums, the same choice.
+    let method = decide(&groups);
+    let groups = groups.into_iter().map(|g| Choice { method, ..g }).collect();
+    let made = RunChoice { method, groups };
+    if world.rank() == 0 {
+        log::info!("{}", made.describe());
+    }
+    Some(made)
+}
+
+/// The node-aware exchange if the timed groups' probes took less with it in all (a tie
+/// keeps the flat one); the flat one where no group was timed.
+fn decide(groups: &[Choice]) -> ExchangeMethod {
+    let (flat, hier) = groups.iter().fold((0.0, 0.0), |(f, h), g| {
+        (
+            f + g.flat_s.unwrap_or(0.0),
+            h + g.hierarchical_s.unwrap_or(0.0),
+        )
+    });
+    if hier < flat {
+        ExchangeMethod::Hierarchical
+    } else {
+        ExchangeMethod::Allreduce
+    }
+}
+
+/// The exchange `cfg` asks for, with `auto` resolved over `comm` by timing both there if
+/// [`for_run`] has not resolved it before (collective over `comm`), and the node-aware
+/// exchange's communicators registered where it is the one (collective too). The returned
+/// guard keeps them registered.
 pub fn prepare<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
 ) -> (ExchangeConfig, Option<hierarchy::Registered>) {
     let mut resolved = *cfg;
     if cfg.method == ExchangeMethod::Auto {
-        resolved.method = choice(comm, cfg).method;
+        resolved.method = choose(comm, cfg).method;
     }
     let guard = hierarchy::register(comm, &resolved);
     (resolved, guard)
-}
-
-/// `auto`'s choice for `comm`: the one made before for it, or made now (collective, and
-/// logged by the group's first rank).
-pub fn choice<C: RawComm>(comm: &C, cfg: &ExchangeConfig) -> Choice {
-    let handle = comm.as_raw();
-    let known = CHOSEN.with(|c| {
-        (c.borrow().iter())
-            .find(|(h, _)| *h == handle)
-            .map(|(_, k)| k.clone())
-    });
-    if let Some(k) = known {
-        return k;
-    }
-    let made = choose(comm, cfg);
-    if comm.rank() == 0 {
-        log::info!("{}", made.describe());
-    }
-    CHOSEN.with(|c| c.borrow_mut().push((handle, made.clone())));
-    made
 }
 
 /// Nodes and the most ranks on one of them (collective over `comm`).
@@ -118,7 +196,7 @@ fn layout<C: Communicator>(comm: &C) -> (u32, u32) {
     (nodes as u32, most as u32)
 }
 
-/// Makes the choice (collective over `comm`).
+/// The choice for one group (collective over `comm`).
 fn choose<C: RawComm>(comm: &C, cfg: &ExchangeConfig) -> Choice {
     let (nodes, ranks_per_node) = layout(comm);
     let mut made = Choice {
@@ -219,5 +297,41 @@ mod tests {
             "{line}"
         );
         assert!(line.ends_with("-> hierarchical"), "{line}");
+    }
+
+    #[test]
+    fn the_run_takes_what_its_timed_groups_took_less_time_with_in_all() {
+        let group = |f: Option<f64>, h: Option<f64>| Choice {
+            method: ExchangeMethod::Allreduce,
+            nodes: 2,
+            ranks_per_node: 2,
+            probe_bytes: f.map(|_| 1 << 20),
+            flat_s: f,
+            hierarchical_s: h,
+        };
+        // One group faster node-aware, one slower by more: flat in all.
+        let mixed = [group(Some(2.0), Some(1.5)), group(Some(1.0), Some(2.0))];
+        assert_eq!(decide(&mixed), ExchangeMethod::Allreduce);
+        let faster = [group(Some(2.0), Some(1.5)), group(None, None)];
+        assert_eq!(decide(&faster), ExchangeMethod::Hierarchical);
+        // A tie, or nothing timed: flat.
+        assert_eq!(
+            decide(&[group(Some(1.0), Some(1.0))]),
+            ExchangeMethod::Allreduce
+        );
+        assert_eq!(decide(&[group(None, None)]), ExchangeMethod::Allreduce);
+        assert_eq!(decide(&[]), ExchangeMethod::Allreduce);
+        let run = RunChoice {
+            method: ExchangeMethod::Hierarchical,
+            groups: faster.to_vec(),
+        };
+        let line = run.describe();
+        assert!(line.contains("1 of 2 group(s)"), "{line}");
+        assert!(line.contains("2000.000 ms flat, 1500.000 ms node-aware -> hierarchical"));
+        let none = RunChoice {
+            method: ExchangeMethod::Allreduce,
+            groups: vec![group(None, None)],
+        };
+        assert!(none.describe().contains("none of the 1 group(s)"));
     }
 }

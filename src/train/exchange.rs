@@ -21,11 +21,12 @@ use super::TrainError;
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExchangeMethod {
-    /// The default: `hierarchical` where it measures faster on the group's first trial, else
-    /// `allreduce` ([`super::choose`]; resolved before any exchange runs).
+    /// The default: `hierarchical` where it measures faster on the run's groups at start-up,
+    /// else `allreduce` ([`super::choose`]; resolved before anything is recorded or
+    /// exchanged).
     Auto,
     /// Buckets reduced in place by blocking `MPI_Allreduce`, each as soon as it is filled
-    /// (the flat exchange: than the non-blocking calls where MPI progresses them only
+    /// (the flat exchange; faster than the non-blocking calls where MPI progresses them only
     /// inside MPI calls, as OpenMPI over shared memory and TCP does; measured in docs/scaling.md).
     Allreduce,
     /// Buckets reduced by non-blocking `MPI_Iallreduce`, filling bucket k+1 while bucket k
