@@ -65,13 +65,7 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     let color = place.layout.group_of[rank as usize]
         .map_or(Color::undefined(), |g| Color::with_value(g as i32));
     let group_comm = world.split_by_color(color);
-    // `--exchange auto` measured on the groups and resolved before anything is recorded.
-    if config.trainer != TrainerKind::Simulated {
-        let x = &mut config.preset.train.exchange;
-        if let Some(c) = crate::train::choose::for_run(&world, group_comm.as_ref(), x) {
-            x.method = c.method;
-        }
-    }
+    resolve_exchange(&world, group_comm.as_ref(), &mut config);
     let built = trainer(&world, &config, &place, &flags);
     let (trainer, start_graph, dataset) = agree(&world, built)?;
     let ctx = context(
@@ -124,6 +118,21 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         print_score(&results, &config)?;
     }
     Ok(())
+}
+
+/// `--exchange auto` measured on the groups and resolved before anything is recorded
+/// (collective over `world`); the simulated trainer exchanges nothing and keeps it as is.
+fn resolve_exchange(
+    world: &SimpleCommunicator,
+    group: Option<&SimpleCommunicator>,
+    config: &mut RecordedConfig,
+) {
+    if config.trainer != TrainerKind::Simulated {
+        let x = &mut config.preset.train.exchange;
+        if let Some(c) = crate::train::choose::for_run(world, group, x) {
+            x.method = c.method;
+        }
+    }
 }
 
 /// Rank 0, for a fresh run: `dir` must not hold a run's records — aiperf never replaces them.
