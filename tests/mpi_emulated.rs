@@ -128,6 +128,14 @@ fn traced_steps_export_as_a_chrome_trace_with_every_ranks_spans() {
             "3",
         ],
     );
+    // The default exchange, `auto`, is resolved before the configuration is recorded: on one
+    // node there is nothing to time, and the record names the flat exchange that ran.
+    let info = read_run(&dir).unwrap().info;
+    let config: serde_json::Value = serde_json::from_str(&info.config_json).unwrap();
+    assert_eq!(
+        config["preset"]["train"]["exchange"]["method"], "allreduce",
+        "{config}"
+    );
     let file = tmp.path().join("trace.json");
     let out = Command::new(env!("CARGO_BIN_EXE_aiperf"))
         .arg("score")

@@ -507,7 +507,7 @@ fn real_trainer(
         subset: h.source.subset.zip(v.source.subset).map(|(a, b)| a || b),
         crc32: Some([h.crc32, v.crc32]),
     };
-    // A staging the device cannot use fails here, before anything runs.
+    // A staging the device cannot use fails here, before any trial runs.
     let staging = p.train.exchange.staging.resolve(place.device)?;
     if first {
         log::info!("gradient exchange on {}", staging.describe());

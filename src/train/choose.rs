@@ -7,7 +7,8 @@
 //! calls) and is not timed. The groups' figures are gathered to every rank, summed in the
 //! same order everywhere, and the faster exchange taken for the whole run — so the recorded
 //! configuration names the exchange that ran, and an audit replays it without measuring.
-//! The figures and the choice go to rank 0's log (and dp-check's report).
+//! Each timed group's first rank logs its figures, rank 0 the sums and the choice
+//! (dp-check reports them).
 
 use std::time::Instant;
 
@@ -113,27 +114,49 @@ pub fn for_run<W: Communicator, C: RawComm>(
     let mine = group.map(|g| (g.rank() == 0, choose(g, cfg)));
     if let Some((true, c)) = &mine {
         if c.flat_s.is_some() {
-            log::debug!("{}", c.describe());
+            log::info!("{}", c.describe());
         }
     }
-    // Each group's first rank speaks for it: [leads, nodes, ranks per node, probe bytes,
-    // flat, node-aware] (NaN where not timed).
-    let row = match &mine {
-        Some((true, c)) => [
+    let leader = mine.as_ref().filter(|(leads, _)| *leads).map(|(_, c)| c);
+    let mut all = vec![0f64; ROW * world.size() as usize];
+    world.all_gather_into(&to_row(leader)[..], &mut all[..]);
+    let groups = from_rows(&all);
+    // The same rows in the same order on every rank: the same sums, the same choice.
+    let method = decide(&groups);
+    let groups = groups.into_iter().map(|g| Choice { method, ..g }).collect();
+    let made = RunChoice { method, groups };
+    if world.rank() == 0 {
+        log::info!("{}", made.describe());
+    }
+    Some(made)
+}
+
+/// f64s per rank in [`for_run`]'s gather.
+const ROW: usize = 6;
+
+/// A rank's row for the gather: a group's first rank speaks for it — [1, nodes, ranks per
+/// node, probe bytes, flat s, node-aware s], NaN where not timed — and every other rank
+/// sends zeros.
+fn to_row(leader: Option<&Choice>) -> [f64; ROW] {
+    let or_nan = |x: Option<f64>| x.unwrap_or(f64::NAN);
+    match leader {
+        Some(c) => [
             1.0,
             f64::from(c.nodes),
             f64::from(c.ranks_per_node),
-            c.probe_bytes.map_or(f64::NAN, |b| b as f64),
-            c.flat_s.unwrap_or(f64::NAN),
-            c.hierarchical_s.unwrap_or(f64::NAN),
+            or_nan(c.probe_bytes.map(|b| b as f64)),
+            or_nan(c.flat_s),
+            or_nan(c.hierarchical_s),
         ],
-        _ => [0.0; 6],
-    };
-    let mut all = vec![0f64; 6 * world.size() as usize];
-    world.all_gather_into(&row[..], &mut all[..]);
+        None => [0.0; ROW],
+    }
+}
+
+/// The groups' choices from every rank's row, in rank order (so in group order), with the
+/// flat exchange as their method until [`decide`] has spoken.
+fn from_rows(all: &[f64]) -> Vec<Choice> {
     let some = |x: f64| Some(x).filter(|x| x.is_finite());
-    let groups: Vec<Choice> = all
-        .chunks_exact(6)
+    all.chunks_exact(ROW)
         .filter(|r| r[0] == 1.0)
         .map(|r| Choice {
             method: ExchangeMethod::Allreduce,
@@ -143,15 +166,7 @@ pub fn for_run<W: Communicator, C: RawComm>(
             flat_s: some(r[4]),
             hierarchical_s: some(r[5]),
         })
-        .collect();
-    // The same rows in the same order on every rank: the same sums, the same choice.
-    let method = decide(&groups);
-    let groups = groups.into_iter().map(|g| Choice { method, ..g }).collect();
-    let made = RunChoice { method, groups };
-    if world.rank() == 0 {
-        log::info!("{}", made.describe());
-    }
-    Some(made)
+        .collect()
 }
 
 /// The node-aware exchange if the timed groups' probes took less with it in all (a tie
@@ -333,5 +348,34 @@ mod tests {
             groups: vec![group(None, None)],
         };
         assert!(none.describe().contains("none of the 1 group(s)"));
+    }
+
+    #[test]
+    fn the_gathered_rows_give_back_every_groups_figures_in_place() {
+        let timed = Choice {
+            method: ExchangeMethod::Allreduce,
+            nodes: 4,
+            ranks_per_node: 2,
+            probe_bytes: Some(196_608),
+            flat_s: Some(0.002),
+            hierarchical_s: Some(0.001),
+        };
+        let untimed = Choice {
+            nodes: 1,
+            ranks_per_node: 3,
+            probe_bytes: None,
+            flat_s: None,
+            hierarchical_s: None,
+            ..timed.clone()
+        };
+        // The primary, a timed group's leader and member, an untimed group's leader.
+        let rows: Vec<f64> = [None, Some(&timed), None, Some(&untimed)]
+            .into_iter()
+            .flat_map(to_row)
+            .collect();
+        let groups = from_rows(&rows);
+        assert_eq!(groups, vec![timed, untimed]);
+        // Flat and node-aware stay in their columns: the faster one wins.
+        assert_eq!(decide(&groups), ExchangeMethod::Hierarchical);
     }
 }
