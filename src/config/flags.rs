@@ -55,9 +55,9 @@ pub struct RunFlags {
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
     /// The gradient exchange (docs/scaling.md, "Data-parallel exchange and dp-check"): auto
-    /// (hierarchical where it measures faster on the group's first trial, else allreduce; the
-    /// log says which and why), allreduce, allreduce-pipelined, reduce-bcast or hierarchical
-    /// [default: auto].
+    /// (hierarchical where it measures faster on the run's groups at start-up, else allreduce;
+    /// the log says which and why, the records which), allreduce, allreduce-pipelined,
+    /// reduce-bcast or hierarchical [default: auto].
     #[arg(long, value_enum)]
     pub exchange: Option<crate::train::exchange::ExchangeMethod>,
     /// Reduce the buckets after backward instead of during it (the exchange overlaps with

@@ -28,10 +28,11 @@ const LARGE_BYTES_MAX: u64 = 8 << 20;
 /// Timed repetitions of each exchange (after one untimed).
 const REPS: usize = 5;
 
-/// What `auto` chose for one group communicator, and why.
+/// What `auto` measured on one group communicator, and which exchange that favoured.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Choice {
-    /// The exchange taken.
+    /// The exchange this group's probe favoured (flat where it was not timed); the run
+    /// takes [`RunChoice::method`].
     pub method: ExchangeMethod,
     /// Nodes the group spans.
     pub nodes: u32,
@@ -122,9 +123,10 @@ pub fn for_run<W: Communicator, C: RawComm>(
     world.all_gather_into(&to_row(leader)[..], &mut all[..]);
     let groups = from_rows(&all);
     // The same rows in the same order on every rank: the same sums, the same choice.
-    let method = decide(&groups);
-    let groups = groups.into_iter().map(|g| Choice { method, ..g }).collect();
-    let made = RunChoice { method, groups };
+    let made = RunChoice {
+        method: decide(&groups),
+        groups,
+    };
     if world.rank() == 0 {
         log::info!("{}", made.describe());
     }
@@ -152,19 +154,23 @@ fn to_row(leader: Option<&Choice>) -> [f64; ROW] {
     }
 }
 
-/// The groups' choices from every rank's row, in rank order (so in group order), with the
-/// flat exchange as their method until [`decide`] has spoken.
+/// The groups' choices from every rank's row, in rank order (so in group order), each with
+/// the exchange its own probe favoured.
 fn from_rows(all: &[f64]) -> Vec<Choice> {
     let some = |x: f64| Some(x).filter(|x| x.is_finite());
     all.chunks_exact(ROW)
         .filter(|r| r[0] == 1.0)
-        .map(|r| Choice {
-            method: ExchangeMethod::Allreduce,
-            nodes: r[1] as u32,
-            ranks_per_node: r[2] as u32,
-            probe_bytes: some(r[3]).map(|b| b as u64),
-            flat_s: some(r[4]),
-            hierarchical_s: some(r[5]),
+        .map(|r| {
+            let mut c = Choice {
+                method: ExchangeMethod::Allreduce,
+                nodes: r[1] as u32,
+                ranks_per_node: r[2] as u32,
+                probe_bytes: some(r[3]).map(|b| b as u64),
+                flat_s: some(r[4]),
+                hierarchical_s: some(r[5]),
+            };
+            c.method = decide(std::slice::from_ref(&c));
+            c
         })
         .collect()
 }
@@ -201,38 +207,25 @@ pub fn prepare<C: RawComm>(
     (resolved, guard)
 }
 
-/// Nodes and the most ranks on one of them (collective over `comm`).
-fn layout<C: Communicator>(comm: &C) -> (u32, u32) {
-    let node = comm.split_shared(comm.rank());
-    let first = i32::from(node.rank() == 0);
-    let (mut nodes, mut most) = (0i32, 0i32);
-    comm.all_reduce_into(&first, &mut nodes, SystemOperation::sum());
-    comm.all_reduce_into(&node.size(), &mut most, SystemOperation::max());
-    (nodes as u32, most as u32)
-}
-
 /// The choice for one group (collective over `comm`).
 fn choose<C: RawComm>(comm: &C, cfg: &ExchangeConfig) -> Choice {
-    let (nodes, ranks_per_node) = layout(comm);
+    let hierarchy::Layout { nodes, most, .. } = hierarchy::layout(comm);
     let mut made = Choice {
         method: ExchangeMethod::Allreduce,
         nodes,
-        ranks_per_node,
+        ranks_per_node: most,
         probe_bytes: None,
         flat_s: None,
         hierarchical_s: None,
     };
-    if nodes < 2 || ranks_per_node < 2 {
-        return made;
+    if nodes >= 2 && most >= 2 {
+        let large = cfg.bucket_bytes.clamp(SMALL_BYTES, LARGE_BYTES_MAX);
+        let (flat, hier) = time_both(comm, cfg, large);
+        made.probe_bytes = Some(SMALL_BYTES + large);
+        made.flat_s = Some(flat);
+        made.hierarchical_s = Some(hier);
     }
-    let large = cfg.bucket_bytes.clamp(SMALL_BYTES, LARGE_BYTES_MAX);
-    let (flat, hier) = time_both(comm, cfg, large);
-    made.probe_bytes = Some(SMALL_BYTES + large);
-    made.flat_s = Some(flat);
-    made.hierarchical_s = Some(hier);
-    if hier < flat {
-        made.method = ExchangeMethod::Hierarchical;
-    }
+    made.method = decide(std::slice::from_ref(&made));
     made
 }
 
@@ -353,7 +346,7 @@ mod tests {
     #[test]
     fn the_gathered_rows_give_back_every_groups_figures_in_place() {
         let timed = Choice {
-            method: ExchangeMethod::Allreduce,
+            method: ExchangeMethod::Hierarchical,
             nodes: 4,
             ranks_per_node: 2,
             probe_bytes: Some(196_608),
@@ -361,12 +354,12 @@ mod tests {
             hierarchical_s: Some(0.001),
         };
         let untimed = Choice {
+            method: ExchangeMethod::Allreduce,
             nodes: 1,
             ranks_per_node: 3,
             probe_bytes: None,
             flat_s: None,
             hierarchical_s: None,
-            ..timed.clone()
         };
         // The primary, a timed group's leader and member, an untimed group's leader.
         let rows: Vec<f64> = [None, Some(&timed), None, Some(&untimed)]

@@ -361,6 +361,19 @@ mod tests {
     }
 
     #[test]
+    fn names_are_spelt_as_the_flag_and_the_records_spell_them() {
+        use clap::ValueEnum;
+        for m in ExchangeMethod::value_variants() {
+            let flag = m.to_possible_value().unwrap();
+            assert_eq!(m.name(), flag.get_name());
+            assert_eq!(
+                serde_json::to_string(m).unwrap(),
+                format!("\"{}\"", m.name())
+            );
+        }
+    }
+
+    #[test]
     fn buckets_hold_whole_pieces_with_a_small_first_one() {
         // Caps of 4 and 8 elements (16 and 32 bytes).
         let b = buckets(&[3, 2, 5, 1, 1, 9, 2], &cfg(16, 32));

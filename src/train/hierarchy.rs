@@ -22,6 +22,36 @@ use mpi::traits::Communicator;
 use super::exchange::{ExchangeConfig, ExchangeMethod};
 use super::inplace::{self, RawComm};
 
+/// How a group lies over its nodes.
+pub struct Layout {
+    /// This rank's node: the group's ranks that share its memory.
+    pub node: SimpleCommunicator,
+    /// Nodes the group spans.
+    pub nodes: u32,
+    /// The fewest ranks on one of them.
+    pub least: u32,
+    /// The most ranks on one of them.
+    pub most: u32,
+}
+
+/// Splits `comm` by node and counts the nodes and their ranks (collective over `comm`; the
+/// counts are the same on every rank).
+pub fn layout<C: Communicator>(comm: &C) -> Layout {
+    use mpi::collective::{CommunicatorCollectives, SystemOperation};
+    let node = comm.split_shared(comm.rank());
+    let first = i32::from(node.rank() == 0);
+    let (mut nodes, mut least, mut most) = (0i32, 0i32, 0i32);
+    comm.all_reduce_into(&first, &mut nodes, SystemOperation::sum());
+    comm.all_reduce_into(&node.size(), &mut least, SystemOperation::min());
+    comm.all_reduce_into(&node.size(), &mut most, SystemOperation::max());
+    Layout {
+        node,
+        nodes: nodes as u32,
+        least: least as u32,
+        most: most as u32,
+    }
+}
+
 /// A group's communicators for the node-aware exchange.
 pub struct Topology {
     /// This rank's node: the group's ranks that share its memory.
@@ -36,11 +66,9 @@ pub struct Topology {
 impl Topology {
     /// Splits `comm` by node (collective over `comm`).
     pub fn of<C: Communicator>(comm: &C) -> Topology {
-        use mpi::collective::{CommunicatorCollectives, SystemOperation};
-        let node = comm.split_shared(comm.rank());
-        let (mut least, mut most) = (0i32, 0i32);
-        comm.all_reduce_into(&node.size(), &mut least, SystemOperation::min());
-        comm.all_reduce_into(&node.size(), &mut most, SystemOperation::max());
+        let Layout {
+            node, least, most, ..
+        } = layout(comm);
         let sharded = least == most;
         let color = if sharded {
             Color::with_value(node.rank())
