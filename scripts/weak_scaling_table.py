@@ -12,14 +12,33 @@ the repetitions (median, and min-max as the spread):
 - whole exchange per step and the hidden fraction, from the run's step trace
   (RUN.trace.json, `aiperf-score --trace`): each bucket's reduction from its start to its
   end, and the part of it that lay inside the forward+backward span;
-- the bandwidth bound 2(N-1)/N * bytes / link bandwidth over N nodes (what any all-reduce
-  moves through each node's link), and the exposed and whole exchange as multiples of it;
+- what the exposed exchange was, from the traces: waiting for the group's slowest rank to
+  end backward (the wait for peers: stragglers, not the interconnect), and the time after
+  that (the reduction of what was left once every rank was ready);
+- the link's alpha-beta bound (DESIGN.md §8) over N nodes: per bucket 2(N-1)·α +
+  2(N-1)/N · bucket bytes / link bandwidth, summed over the step's buckets (the whole
+  exchange's bound), and the last bucket's alone (the exposed exchange's: backward cannot
+  hide the reduction of gradients ready only when it ends); the whole and the exposed
+  exchange, and the time after the slowest rank, as multiples of their bounds. α is fitted
+  (scripts/scaling-model) to comm-bench run on the same nodes before the runs
+  (--comm-bench-dir DIR holding nN.jsonl per size: its scope across the nodes with one rank
+  each, or its world with one rank per node); without one, α = 0 (the bandwidth term
+  alone);
+- the raw in-place all-reduce of the last bucket's bytes over the run's ranks (the same
+  record's world scope, interpolated between its sizes), and the time after the slowest
+  rank as a multiple of it: what the exchange adds to the call it makes;
 - the machine's 1-minute load average when each run started (RUN.load).
 Writes the table (Markdown) to stdout and the medians to OUT/table.json (for
 `scripts/scaling-model check`).
-Usage: weak_scaling_table.py OUT LINK_GBIT|none RANKS_PER_NODE all|node"""
+Usage: weak_scaling_table.py OUT LINK_GBIT|none RANKS_PER_NODE all|node
+         [--comm-bench-dir DIR] [--bucket-bytes 131072]"""
+import argparse
+import functools
 import glob
+import importlib.machinery
+import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
@@ -38,10 +57,13 @@ def load_of(s):
 
 
 def overlap_of(run):
-    """(whole exchange per traced step in s, hidden fraction) from RUN.trace.json, or None.
+    """(whole exchange per traced step in s, hidden fraction, wait for the slowest rank in s,
+    time after it in s) from RUN.trace.json, or None.
 
     A step is one (group, rank, model, epoch, step); its exchange is the union of its
-    buckets' spans, hidden the part of it before the forward+backward span's end."""
+    buckets' spans, hidden the part of it before the forward+backward span's end. The
+    group's ranks' spans of one step are on one clock (rank 0's): the last of them to end
+    backward sets when every rank was ready."""
     path = run.rstrip("/") + ".trace.json"
     if not os.path.exists(path):
         return None
@@ -57,12 +79,13 @@ def overlap_of(run):
             step["compute_end"] = end
         elif e["cat"] == "exchange":
             step["spans"].append((start, end))
-    whole = hidden = 0.0
-    counted = 0
-    for step in steps.values():
-        if step["compute_end"] is None or not step["spans"]:
-            continue
-        counted += 1
+    steps = {k: s for k, s in steps.items() if s["compute_end"] is not None and s["spans"]}
+    ready = {}
+    for (group, _, model, epoch, n), step in steps.items():
+        at = (group, model, epoch, n)
+        ready[at] = max(ready.get(at, step["compute_end"]), step["compute_end"])
+    whole = hidden = wait = after = 0.0
+    for (group, _, model, epoch, n), step in steps.items():
         last = None
         for start, end in sorted(step["spans"]):
             if last is not None:
@@ -72,9 +95,65 @@ def overlap_of(run):
             whole += end - start
             hidden += max(0.0, min(end, step["compute_end"]) - start)
             last = end
-    if not counted or whole <= 0:
+        all_ready = ready[(group, model, epoch, n)]
+        done = max(end for _, end in step["spans"])
+        wait += min(all_ready, done) - step["compute_end"]
+        after += max(0.0, done - all_ready)
+    if not steps or whole <= 0:
         return None
-    return whole / counted / 1e6, hidden / whole
+    k = len(steps) * 1e6
+    return whole / k, hidden / whole, wait / k, after / k
+
+
+@functools.lru_cache(maxsize=None)
+def scaling_model():
+    """scripts/scaling-model as a module (its fit and bucket layout)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scaling-model")
+    loader = importlib.machinery.SourceFileLoader("scaling_model", path)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
+
+
+def link_figures(directory, nodes):
+    """(α in s per hop, [(bytes, seconds)] of the world's in-place all-reduce) from
+    DIR/n<nodes>.jsonl; (0, []) without a directory or for one node."""
+    if not directory or nodes < 2:
+        return 0.0, []
+    path = os.path.join(directory, f"n{nodes}.jsonl")
+    if not os.path.exists(path):
+        sys.exit(f"weak_scaling_table.py: --comm-bench-dir {directory}: no n{nodes}.jsonl for the "
+                 f"{nodes}-node point (scripts/weak-scaling writes one per size)")
+    model = scaling_model()
+    by = model.load(path, "allreduce-in-place")
+    across = [rows for scope, rows in by.items() if scope.startswith("across")]
+    links = across[0] if across else by.get("world")
+    if not links or links[0][0] != nodes:
+        sys.exit(f"weak_scaling_table.py: {path}: needs a scope of {nodes} ranks, one per node")
+    world = sorted((m, t) for _, m, t in by.get("world", []))
+    return model.fit(links)[0], world
+
+
+def raw_time(world, nbytes):
+    """The record's time for nbytes, interpolated (log-log) between its neighbouring sizes;
+    None outside them."""
+    for (m0, t0), (m1, t1) in zip(world, world[1:]):
+        if m0 <= nbytes <= m1:
+            f = math.log(nbytes / m0) / math.log(m1 / m0) if m1 > m0 else 0.0
+            return t0 * (t1 / t0) ** f
+    return None
+
+
+def buckets_of(nbytes, bucket_bytes):
+    """The step's buckets: aiperf's first holds at most 1 MiB (as DDP's), the rest
+    `bucket_bytes` each, the last what is left."""
+    return scaling_model().bucket_sizes(nbytes, min(bucket_bytes, 1 << 20), bucket_bytes)
+
+
+def bounds(nodes, buckets, bw, alpha):
+    """(whole, last bucket) alpha-beta bounds of one step's exchange over `nodes` nodes."""
+    one = lambda b: 2 * (nodes - 1) * alpha + 2 * (nodes - 1) / nodes * b / bw
+    return sum(one(b) for b in buckets), one(buckets[-1])
 
 
 def med_range(values, fmt):
@@ -100,30 +179,42 @@ def sweeps(out):
     return reps
 
 
-def points(reps, bw, rpn, group):
+def points(reps, bw, group, comm_bench_dir, bucket_bytes):
     """Per size, every repetition's figures."""
     by_size = {}
+    figures = {}
     for rep in reps:
         base, base_step = rep[0]["ops_per_s_per_accelerator"], step_rate(rep[0])
         for s in rep:
             steps = max(s["steps"], 1)
             nbytes = s["allreduce_bytes"] / steps
-            bound = None
-            if bw and group == "all" and s["nodes"] > 1:
-                # What any all-reduce must move through each node's link: 2(N-1)/N of the
-                # bytes over N nodes (a flat ring over every rank moves a little more).
-                nodes = s["nodes"]
-                bound = 2 * (nodes - 1) / nodes * nbytes / bw
-            whole, hidden = overlap_of(s["run"]) or (None, None)
+            bound = last_bound = raw = alpha = None
+            if group == "all" and s["nodes"] > 1 and nbytes > 0:
+                if s["nodes"] not in figures:
+                    figures[s["nodes"]] = link_figures(comm_bench_dir, s["nodes"])
+                alpha, world = figures[s["nodes"]]
+                buckets = buckets_of(nbytes, bucket_bytes)
+                raw = raw_time(world, buckets[-1])
+                if bw:
+                    # What any all-reduce over N nodes must pay on their links: 2(N-1)/N of
+                    # the bytes through each node's link (a flat ring over every rank moves a
+                    # little more) and 2(N-1) hops of α per bucket.
+                    bound, last_bound = bounds(s["nodes"], buckets, bw, alpha)
+            whole, hidden, wait, after = overlap_of(s["run"]) or (None,) * 4
             p = by_size.setdefault(s["nodes"], {"accelerators": s["accelerators"], "reps": []})
             p["reps"].append({
                 "step_efficiency": step_rate(s) / base_step if base_step else 0.0,
                 "efficiency": s["ops_per_s_per_accelerator"] / base if base else 0.0,
                 "exposed_s": s["allreduce_s"] / steps,
+                "wait_s": wait,
+                "after_s": after,
                 "whole_s": whole,
                 "hidden": hidden,
                 "bytes": nbytes,
                 "bound_s": bound,
+                "last_bound_s": last_bound,
+                "alpha_s": alpha,
+                "last_raw_s": raw,
                 "load": load_of(s),
                 "step_s": (s["compute_s"] + s["allreduce_s"] + s["data_wait_s"]) / steps,
             })
@@ -136,29 +227,46 @@ def median_of(p, key):
 
 
 def main():
-    out, link, rpn, group = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    ap = argparse.ArgumentParser(description="The weak-scaling table of scripts/weak-scaling.")
+    ap.add_argument("out")
+    ap.add_argument("link", help="the links' rate, Gbit/s, or none")
+    ap.add_argument("rpn", type=int, help="ranks per node")
+    ap.add_argument("group", choices=["all", "node"])
+    ap.add_argument("--comm-bench-dir", help="nN.jsonl: comm-bench --json on each size's nodes (α, the raw call)")
+    ap.add_argument("--bucket-bytes", type=int, default=131072, help="the runs' --bucket-bytes")
+    args = ap.parse_args()
+    out, link, rpn, group = args.out, args.link, args.rpn, args.group
     bw = None if link == "none" else float(link) * 1e9 / 8
-    by_size = points(sweeps(out), bw, rpn, group)
+    by_size = points(sweeps(out), bw, group, args.comm_bench_dir, args.bucket_bytes)
     ms = lambda v: f"{v * 1e3:.2f}"
-    print("| nodes | accelerators | step efficiency | efficiency (score) | exposed exchange per step, ms | whole exchange per step, ms | hidden | α–β bound, ms | exposed / bound | whole / bound | load | repetitions |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"α per hop fitted to {args.comm_bench_dir}/nN.jsonl" if args.comm_bench_dir
+          else "no --comm-bench-dir: α = 0 (the bandwidth term alone), no raw call", end="")
+    print(f"; buckets of {args.bucket_bytes} bytes")
+    print()
+    print("| nodes | accelerators | step efficiency | efficiency (score) | exposed exchange per step, ms | of it waiting for the slowest rank | after it | whole exchange per step, ms | hidden | α per hop, µs | α–β bound, ms | whole / bound | last bucket's bound, ms | exposed / it | after the slowest / it | raw call of the last bucket, ms | after the slowest / it | load | repetitions |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     summary = []
     for n, p in sorted(by_size.items()):
         reps = p["reps"]
-        bound = median_of(p, "bound_s")
-        rel = lambda key: med_range([r[key] / r["bound_s"] if r[key] is not None and r["bound_s"] else None for r in reps], lambda v: f"{v:.2f}x")
-        print(f"| {n} | {p['accelerators']} | {med_range([r['step_efficiency'] for r in reps], lambda v: f'{v:.4f}')} "
-              f"| {med_range([r['efficiency'] for r in reps], lambda v: f'{v:.3f}')} "
-              f"| {med_range([r['exposed_s'] for r in reps], ms)} | {med_range([r['whole_s'] for r in reps], ms)} "
-              f"| {med_range([r['hidden'] for r in reps], lambda v: f'{v:.0%}')} | {ms(bound) if bound else '-'} "
-              f"| {rel('exposed_s')} | {rel('whole_s')} | {med_range([r['load'] for r in reps], lambda v: f'{v:.2f}')} | {len(reps)} |")
+        bound, last = median_of(p, "bound_s"), median_of(p, "last_bound_s")
+        alpha, raw = median_of(p, "alpha_s"), median_of(p, "last_raw_s")
+        rel = lambda key, of: med_range([r[key] / r[of] if r[key] is not None and r[of] else None for r in reps], lambda v: f"{v:.2f}x")
+        col = lambda key, fmt=ms: med_range([r[key] for r in reps], fmt)
+        print(f"| {n} | {p['accelerators']} | {col('step_efficiency', lambda v: f'{v:.4f}')} "
+              f"| {col('efficiency', lambda v: f'{v:.3f}')} | {col('exposed_s')} | {col('wait_s')} | {col('after_s')} "
+              f"| {col('whole_s')} | {col('hidden', lambda v: f'{v:.0%}')} "
+              f"| {f'{alpha * 1e6:.1f}' if alpha is not None else '-'} | {ms(bound) if bound else '-'} "
+              f"| {rel('whole_s', 'bound_s')} | {ms(last) if last else '-'} | {rel('exposed_s', 'last_bound_s')} "
+              f"| {rel('after_s', 'last_bound_s')} | {ms(raw) if raw else '-'} | {rel('after_s', 'last_raw_s')} "
+              f"| {col('load', lambda v: f'{v:.2f}')} | {len(reps)} |")
         summary.append({"nodes": n, "accelerators": p["accelerators"], "repetitions": len(reps),
                         **{k: median_of(p, k) for k in reps[0]},
                         "step_efficiency_min": min(r["step_efficiency"] for r in reps),
                         "step_efficiency_max": max(r["step_efficiency"] for r in reps)})
     with open(os.path.join(out, "table.json"), "w") as f:
         json.dump({"link_gbit": None if link == "none" else float(link), "ranks_per_node": rpn,
-                   "group": group, "points": summary}, f, indent=1)
+                   "group": group, "bucket_bytes": args.bucket_bytes,
+                   "points": summary}, f, indent=1)
 
 
 main()

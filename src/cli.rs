@@ -40,7 +40,9 @@ pub enum Command {
     /// search architectures and train them data-parallel; prints the score at the end.
     Run(Box<RunFlags>),
     /// Profile the interconnect: all-reduce and the training's gradient exchange over a sweep
-    /// of sizes, over the whole world and within groups (algorithm and bus bandwidth).
+    /// of sizes, over the whole world and within groups (algorithm and bus bandwidth; each
+    /// time the median of the operations' slowest-rank times, and a `control` row that times
+    /// the in-place call again to show the bench's own resolution).
     CommBench(CommBenchArgs),
     /// Score runs from their HDF5 records (DESIGN.md §5); the same as `aiperf-score`.
     Score(aiperf_records::cli::ScoreArgs),
@@ -92,7 +94,7 @@ pub struct CommBenchArgs {
     /// Largest message, bytes.
     #[arg(long, default_value_t = 64 << 20)]
     pub max_bytes: u64,
-    /// Timed operations per size.
+    /// Timed operations per size and method (the time reported is their median).
     #[arg(long, default_value_t = 20)]
     pub iters: usize,
     /// Untimed operations per size first.

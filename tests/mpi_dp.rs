@@ -288,8 +288,18 @@ fn buckets_that_wait_at_a_barrier_complete_on_every_rank() {
         .expect(&text);
     assert_eq!(exchange["ranks"], 3, "{exchange}");
     assert!(exchange["seconds"].as_f64().unwrap() > 0.0, "{exchange}");
-    assert_eq!(rows.len(), 7, "one row per method: {text}");
+    assert_eq!(rows.len(), 8, "one row per method: {text}");
     for r in &rows {
         assert_eq!(r["bytes"], 4194304, "{r}");
+        // The time is the median of the operations and the bandwidth follows from it.
+        let (t, mean) = (
+            r["seconds"].as_f64().unwrap(),
+            r["mean_seconds"].as_f64().unwrap(),
+        );
+        assert!(t > 0.0 && mean > 0.0, "{r}");
+        let algbw = r["algbw"].as_f64().unwrap();
+        assert!((algbw * t / 4194304.0 - 1.0).abs() < 1e-9, "{r}");
     }
+    // The in-place call's second turn is reported too: the bench's own resolution.
+    assert!(rows.iter().any(|r| r["method"] == "control"), "{text}");
 }

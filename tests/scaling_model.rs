@@ -119,16 +119,20 @@ fn scores(run: &Path, nodes: u32, compute_s: f64, exchange_s: f64) -> serde_json
     })
 }
 
-/// A Chrome trace of one step: forward+backward from 0 to 100 µs, buckets at the spans given.
-fn trace(buckets: &[(f64, f64)]) -> serde_json::Value {
+/// A Chrome trace of one step on two ranks: per rank, forward+backward from 0 to its end
+/// (µs) and buckets at the spans given.
+fn trace(ranks: &[(f64, &[(f64, f64)])]) -> serde_json::Value {
     let args = serde_json::json!({ "model": 0, "epoch": 0, "step": 0 });
-    let mut events = vec![serde_json::json!({
-        "ph": "X", "cat": "forward+backward", "pid": 0, "tid": 0, "ts": 0.0, "dur": 100.0, "args": args
-    })];
-    for &(a, b) in buckets {
+    let mut events = Vec::new();
+    for (tid, &(end, buckets)) in ranks.iter().enumerate() {
         events.push(serde_json::json!({
-            "ph": "X", "cat": "exchange", "pid": 0, "tid": 0, "ts": a, "dur": b - a, "args": args
+            "ph": "X", "cat": "forward+backward", "pid": 0, "tid": tid, "ts": 0.0, "dur": end, "args": args
         }));
+        for &(a, b) in buckets {
+            events.push(serde_json::json!({
+                "ph": "X", "cat": "exchange", "pid": 0, "tid": tid, "ts": a, "dur": b - a, "args": args
+            }));
+        }
     }
     serde_json::json!({ "traceEvents": events })
 }
@@ -150,15 +154,41 @@ fn study(out: &Path) -> String {
             ]),
         );
         std::fs::write(dir.join("n2.load"), format!("{}.5 0.1 0.1\n", rep)).unwrap();
-        // Buckets 60–90 µs (inside backward) and 100–110 µs (after): 30 of 40 µs hidden.
+        // Rank 0 ends backward at 100 µs, rank 1 at 104 µs; each reduces a bucket at
+        // 60–90 µs (inside backward) and the last one after backward, until 110 and 114 µs:
+        // 30 of 40 µs hidden on each.
         write(
             &dir.join("n2.trace.json"),
-            &trace(&[(60.0, 90.0), (100.0, 110.0)]),
+            &trace(&[
+                (100.0, &[(60.0, 90.0), (100.0, 110.0)]),
+                (104.0, &[(60.0, 90.0), (104.0, 114.0)]),
+            ]),
         );
     }
+    // comm-bench on the 2 nodes × 2 ranks: across the nodes (one rank each) a ring of
+    // α = 10 µs per hop and 1 GB/s; over the 4 ranks the in-place call takes 0.1 ns a byte.
+    let mut record = String::new();
+    for k in 12..23 {
+        let m = f64::from(1u32 << k);
+        for (scope, ranks, t) in [
+            (
+                "across 2 nodes (one rank per node)",
+                2,
+                2.0 * 10e-6 + m * 1e-9,
+            ),
+            ("world", 4, m * 1e-10),
+            ("within a node (2 ranks, node 0 shown)", 2, m * 1e-11),
+        ] {
+            let row = serde_json::json!({"scope": scope, "ranks": ranks, "bytes": m, "method": "allreduce-in-place", "seconds": t});
+            record += &format!("{row}\n");
+        }
+    }
+    std::fs::create_dir_all(out.join("comm-bench")).unwrap();
+    std::fs::write(out.join("comm-bench/n2.jsonl"), record).unwrap();
     let out_ = Command::new("python3")
         .arg(root().join("scripts/weak_scaling_table.py"))
-        .args([out.to_str().unwrap(), "8", "2", "all"])
+        .args([out.to_str().unwrap(), "8", "2", "all", "--comm-bench-dir"])
+        .arg(out.join("comm-bench"))
         .output()
         .unwrap();
     assert!(out_.status.success(), "{out_:?}");
@@ -174,13 +204,18 @@ fn the_study_gives_median_and_spread_over_repetitions_and_the_hidden_fraction() 
     assert!(row.contains("| 0.8800 (0.7600–1.0000) |"), "{row}");
     // 30 of the 40 µs of exchange lay inside forward+backward.
     assert!(row.contains("| 75% |"), "{row}");
-    // Exposed 5 ms per step; 2 nodes, 1 MB per step at 8 Gbit/s: each node's link must
-    // carry 2(2−1)/2 of the bytes, a bound of 1 ms.
+    // Exposed 5 ms per step. 2 nodes, 1 MB per step at 8 Gbit/s in 128 KiB buckets (7 full
+    // and 82,496 bytes): each node's link must carry 2(2−1)/2 of the bytes (1 ms) and each
+    // bucket pays 2(2−1) hops of α = 10 µs (0.16 ms): a bound of 1.16 ms; the last bucket's,
+    // 0.02 + 0.0825 = 0.1025 ms.
     assert!(
-        row.contains("| 5.00 |") && row.contains("| 1.00 |"),
+        row.contains("| 5.00 |") && row.contains("| 1.16 |") && row.contains("| 0.10 |"),
         "{row}"
     );
-    assert!(row.contains("| 5.00x |"), "{row}");
+    assert!(
+        row.contains("| 48.78x |") && row.contains("| 10.0 |"),
+        "α: {row}"
+    );
     assert!(row.contains("2.00 (1.50–2.50)"), "load: {row}");
     let table: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(tmp.path().join("table.json")).unwrap())
@@ -195,6 +230,19 @@ fn the_study_gives_median_and_spread_over_repetitions_and_the_hidden_fraction() 
         (p["whole_s"].as_f64().unwrap() - 40e-6).abs() < 1e-12,
         "{p}"
     );
+    // Rank 0 waited 4 µs for rank 1's backward, rank 1 none: 2 µs per rank and step; then
+    // 6 and 10 µs of reduction after both were ready: 8 µs.
+    let near = |key: &str, v: f64| (p[key].as_f64().unwrap() - v).abs() < 1e-12;
+    assert!(near("wait_s", 2e-6) && near("after_s", 8e-6), "{p}");
+    let close = |key: &str, v: f64| (p[key].as_f64().unwrap() / v - 1.0).abs() < 1e-6;
+    assert!(
+        close("bound_s", 1.16e-3) && close("last_bound_s", 0.102496e-3),
+        "{p}"
+    );
+    // The raw call of the last bucket's 82,496 bytes over the 4 ranks: 8.2496 µs, read
+    // between the record's 64 and 128 KiB; 8 µs after the slowest rank is 0.97× it.
+    assert!(close("last_raw_s", 8.2496e-6), "{p}");
+    assert!(row.contains("| 0.97x |"), "{row}");
 }
 
 #[test]

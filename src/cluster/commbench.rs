@@ -4,10 +4,11 @@
 //! code paths — buckets reduced where the gradients lie (`exchange`; `hierarchical`, the
 //! node-aware one), and copied in from the tensors' memory first (`exchange-copy`;
 //! `exchange-pipelined` with non-blocking reductions) — and the reduce + broadcast fallback
-//! (`reduce+bcast`),
-//! reporting per size the time, algorithm bandwidth (bytes / time) and bus bandwidth
-//! (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as nccl-tests
-//! define it), so interconnects and the training exchange can be compared.
+//! (`reduce+bcast`) — and the in-place call a second time (`control`: the bench's own
+//! resolution, an A/A comparison), reporting per size the time (the median over the
+//! operations of the slowest rank's, beside the mean), algorithm bandwidth (bytes / time)
+//! and bus bandwidth (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as
+//! nccl-tests define it), so interconnects and the training exchange can be compared.
 
 use std::time::Instant;
 
@@ -24,14 +25,18 @@ pub struct CommRow {
     /// (the raw call in place on the same buffer: the best raw call), `exchange` (the
     /// training's default exchange, in place where the gradients lie), `exchange-copy` and
     /// `exchange-pipelined` (the copying path, blocking and non-blocking), `hierarchical`
-    /// (`--exchange hierarchical`) or `reduce+bcast` (the fallback).
+    /// (`--exchange hierarchical`), `reduce+bcast` (the fallback) or `control` (the in-place
+    /// call again, in its own turn: how far two timings of one call differ here).
     pub method: &'static str,
     /// Ranks in the communicator.
     pub ranks: usize,
     /// Message bytes (f32 elements × 4).
     pub bytes: u64,
-    /// Mean seconds per operation (the slowest rank's).
+    /// Seconds per operation: the median over the timed operations of the slowest rank's
+    /// time for each (an operation ends when its last rank is done).
     pub seconds: f64,
+    /// The mean over the timed operations of the slowest rank's time.
+    pub mean_seconds: f64,
     /// Algorithm bandwidth, bytes per second.
     pub algbw: f64,
     /// Bus bandwidth, bytes per second.
@@ -77,7 +82,7 @@ fn operate<C: RawComm>(
     };
     match method {
         "allreduce" => comm.all_reduce_into(&send[..], recv, SystemOperation::sum()),
-        "allreduce-in-place" => crate::train::inplace::allreduce(comm, recv),
+        "allreduce-in-place" | "control" => crate::train::inplace::allreduce(comm, recv),
         "exchange" => resident(ExchangeMethod::Allreduce, recv),
         "hierarchical" => resident(ExchangeMethod::Hierarchical, recv),
         "reduce+bcast" => resident(ExchangeMethod::ReduceBcast, recv),
@@ -92,6 +97,18 @@ fn operate<C: RawComm>(
     }
 }
 
+/// What comm-bench times, in the turn order of each round.
+const METHODS: [&str; 8] = [
+    "allreduce",
+    "allreduce-in-place",
+    "exchange",
+    "exchange-copy",
+    "exchange-pipelined",
+    "hierarchical",
+    "reduce+bcast",
+    "control",
+];
+
 /// Times `iters` operations of each method for each size in `sizes` (bytes, rounded down to
 /// f32 elements) after `warmup` untimed ones; collective over `comm`. The methods take
 /// turns within each size, so a drift of the machine's speed hits them alike.
@@ -103,15 +120,7 @@ pub fn sweep<C: RawComm>(
     cfg: &ExchangeConfig,
 ) -> Vec<CommRow> {
     let n = comm.size() as usize;
-    let methods = [
-        "allreduce",
-        "allreduce-in-place",
-        "exchange",
-        "exchange-copy",
-        "exchange-pipelined",
-        "hierarchical",
-        "reduce+bcast",
-    ];
+    let iters = iters.max(1);
     // The node-aware exchange's communicators, built once for the sweep.
     let hier = ExchangeConfig {
         method: ExchangeMethod::Hierarchical,
@@ -130,37 +139,46 @@ pub fn sweep<C: RawComm>(
         for b in [&mut send, &mut recv] {
             crate::platform::advise_huge_pages(b.as_mut_ptr().cast(), b.len() * 4);
         }
-        let mut spent = [0f64; 7];
         for _ in 0..warmup {
-            for m in methods {
+            for m in METHODS {
                 operate(comm, m, cfg, (&src, &split), &mut send, &mut recv);
             }
         }
-        for _ in 0..iters.max(1) {
-            for (i, m) in methods.iter().enumerate() {
+        // This rank's time of every operation, method-major.
+        let mut mine = vec![0f64; METHODS.len() * iters];
+        for it in 0..iters {
+            for (i, m) in METHODS.iter().enumerate() {
                 comm.barrier();
                 let t = Instant::now();
                 operate(comm, m, cfg, (&src, &split), &mut send, &mut recv);
-                spent[i] += t.elapsed().as_secs_f64();
+                mine[i * iters + it] = t.elapsed().as_secs_f64();
             }
         }
-        for (i, method) in methods.into_iter().enumerate() {
-            let mine = spent[i] / iters.max(1) as f64;
-            let mut slowest = 0f64;
-            comm.all_reduce_into(&mine, &mut slowest, SystemOperation::max());
-            let b = (elems * 4) as u64;
-            let algbw = b as f64 / slowest.max(1e-12);
+        // Each operation's slowest rank, in one reduction outside the timed ones.
+        let mut slowest = vec![0f64; mine.len()];
+        comm.all_reduce_into(&mine[..], &mut slowest[..], SystemOperation::max());
+        let b = (elems * 4) as u64;
+        for (method, times) in METHODS.into_iter().zip(slowest.chunks(iters)) {
+            let (median, mean) = median_and_mean(times);
+            let algbw = b as f64 / median.max(1e-12);
             rows.push(CommRow {
                 method,
                 ranks: n,
                 bytes: b,
-                seconds: slowest,
+                seconds: median,
+                mean_seconds: mean,
                 algbw,
                 busbw: algbw * 2.0 * (n as f64 - 1.0) / n as f64,
             });
         }
     }
     rows
+}
+
+/// The median and the mean of `times`, not empty.
+fn median_and_mean(times: &[f64]) -> (f64, f64) {
+    let mean = times.iter().sum::<f64>() / times.len() as f64;
+    (crate::train::choose::median(times.to_vec()), mean)
 }
 
 /// The sweep's sizes: powers of two from `min` to `max` bytes.
@@ -209,6 +227,16 @@ mod tests {
             assert_eq!(p.iter().sum::<usize>(), elems);
             assert!(p.iter().all(|&n| n > 0));
         }
+    }
+
+    #[test]
+    fn the_time_is_the_median_of_the_operations_beside_their_mean() {
+        // One slow operation moves the mean, not the median.
+        assert_eq!(median_and_mean(&[3.0, 1.0, 2.0]), (2.0, 2.0));
+        let (median, mean) = median_and_mean(&[1.0, 9.0, 2.0, 4.0]);
+        assert_eq!(median, 3.0);
+        assert_eq!(mean, 4.0);
+        assert_eq!(median_and_mean(&[5.0]), (5.0, 5.0));
     }
 
     #[test]

@@ -68,14 +68,17 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     resolve_exchange(&world, group_comm.as_ref(), &mut config);
     let built = trainer(&world, &config, &place, &flags);
     let (trainer, start_graph, dataset) = agree(&world, built)?;
-    let ctx = context(
+    // Every rank or none goes on to its role: one rank's failure here must not leave the
+    // others waiting in it.
+    let built = context(
         &config,
         &common,
         results.clone(),
         saved.is_some(),
         trainer,
         start_graph,
-    )?;
+    );
+    let ctx = agree(&world, built)?;
     let start = StartRecord {
         dataset,
         precision: precision_name(&config, &flags),
@@ -96,21 +99,7 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         );
     }
     if let Err(e) = run_role(&world, group_comm.as_ref(), &place, &ctx, &config, &start) {
-        // Resuming helps only where the run has records to resume from.
-        let hint = if results.join(aiperf_records::schema::PRIMARY_FILE).is_file() {
-            format!(
-                "\naiperf: the records written so far in {} stay readable; continue the run with `aiperf run --resume {}`",
-                results.display(),
-                results.display()
-            )
-        } else {
-            String::new()
-        };
-        eprintln!(
-            "aiperf: error: rank {rank} on {}: {e:#}{hint}",
-            bootstrap::host_name()
-        );
-        world.abort(1);
+        abort_job(&world, &results, &e);
     }
     // Every rank has closed its files.
     world.barrier();
@@ -118,6 +107,26 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         print_score(&results, &config)?;
     }
     Ok(())
+}
+
+/// A role failed on this rank: says so, with how to continue where there are records to
+/// continue from, and ends the whole job (no rank is left waiting for this one).
+fn abort_job(world: &SimpleCommunicator, results: &Path, e: &anyhow::Error) -> ! {
+    let hint = if results.join(aiperf_records::schema::PRIMARY_FILE).is_file() {
+        format!(
+            "\naiperf: the records written so far in {} stay readable; continue the run with `aiperf run --resume {}`",
+            results.display(),
+            results.display()
+        )
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "aiperf: error: rank {} on {}: {e:#}{hint}",
+        world.rank(),
+        bootstrap::host_name()
+    );
+    world.abort(1)
 }
 
 /// `--exchange auto` measured on the groups and resolved before anything is recorded

@@ -269,7 +269,7 @@ fn time_both<C: RawComm>(comm: &C, cfg: &ExchangeConfig, large: u64) -> (f64, f6
 }
 
 /// The median of a non-empty list (the mean of the middle two for an even count).
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {
