@@ -25,8 +25,9 @@ the repetitions (median, and min-max as the spread):
   each, or its world with one rank per node); without one, α = 0 (the bandwidth term
   alone);
 - the raw in-place all-reduce of the last bucket's bytes over the run's ranks (the same
-  record's world scope, interpolated between its sizes), and the time after the slowest
-  rank as a multiple of it: what the exchange adds to the call it makes;
+  record's world scope, interpolated between its sizes; comm-bench's node-aware exchange
+  instead where the run took that one, RUN.exchange), and the time after the slowest rank
+  as a multiple of it: what the exchange adds to the call it makes;
 - the machine's 1-minute load average when each run started (RUN.load).
 Writes the table (Markdown) to stdout and the medians to OUT/table.json (for
 `scripts/scaling-model check`).
@@ -97,7 +98,7 @@ def overlap_of(run):
             last = end
         all_ready = ready[(group, model, epoch, n)]
         done = max(end for _, end in step["spans"])
-        wait += min(all_ready, done) - step["compute_end"]
+        wait += max(0.0, min(all_ready, done) - step["compute_end"])
         after += max(0.0, done - all_ready)
     if not steps or whole <= 0:
         return None
@@ -116,10 +117,11 @@ def scaling_model():
 
 
 def link_figures(directory, nodes):
-    """(α in s per hop, [(bytes, seconds)] of the world's in-place all-reduce) from
-    DIR/n<nodes>.jsonl; (0, []) without a directory or for one node."""
+    """(α in s per hop, {method: [(bytes, seconds)]} over the world: the in-place all-reduce
+    (`allreduce`) and comm-bench's node-aware exchange (`hierarchical`)) from
+    DIR/n<nodes>.jsonl; (0, {}) without a directory or for one node."""
     if not directory or nodes < 2:
-        return 0.0, []
+        return 0.0, {}
     path = os.path.join(directory, f"n{nodes}.jsonl")
     if not os.path.exists(path):
         sys.exit(f"weak_scaling_table.py: --comm-bench-dir {directory}: no n{nodes}.jsonl for the "
@@ -130,8 +132,20 @@ def link_figures(directory, nodes):
     links = across[0] if across else by.get("world")
     if not links or links[0][0] != nodes:
         sys.exit(f"weak_scaling_table.py: {path}: needs a scope of {nodes} ranks, one per node")
-    world = sorted((m, t) for _, m, t in by.get("world", []))
+    world = {"allreduce": sorted((m, t) for _, m, t in by.get("world", [])), "hierarchical": []}
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line) if line.startswith("{") else {}
+            if r.get("scope") == "world" and r.get("method") == "hierarchical":
+                world["hierarchical"].append((r["bytes"], r["seconds"]))
+    world["hierarchical"].sort()
     return model.fit(links)[0], world
+
+
+def exchange_of(run):
+    """The exchange the run made (RUN.exchange), or None."""
+    path = run.rstrip("/") + ".exchange"
+    return open(path).read().strip() if os.path.exists(path) else None
 
 
 def raw_time(world, nbytes):
@@ -145,8 +159,10 @@ def raw_time(world, nbytes):
 
 
 def buckets_of(nbytes, bucket_bytes):
-    """The step's buckets: aiperf's first holds at most 1 MiB (as DDP's), the rest
-    `bucket_bytes` each, the last what is left."""
+    """The step's buckets, approximately: aiperf's first holds at most 1 MiB (as DDP's), the
+    rest `bucket_bytes` each, the last what is left. aiperf closes a bucket at a whole
+    tensor once it holds the cap, so its real buckets are somewhat larger and its last one
+    differs; and the bytes per step are averaged over a run's architectures."""
     return scaling_model().bucket_sizes(nbytes, min(bucket_bytes, 1 << 20), bucket_bytes)
 
 
@@ -194,7 +210,10 @@ def points(reps, bw, group, comm_bench_dir, bucket_bytes):
                     figures[s["nodes"]] = link_figures(comm_bench_dir, s["nodes"])
                 alpha, world = figures[s["nodes"]]
                 buckets = buckets_of(nbytes, bucket_bytes)
-                raw = raw_time(world, buckets[-1])
+                # The call the run's last bucket made: the flat exchange's in-place
+                # all-reduce, or the node-aware exchange where `auto` took it (RUN.exchange,
+                # written by scripts/weak-scaling); none when the run's exchange is unknown.
+                raw = raw_time(world.get(exchange_of(s["run"]), []), buckets[-1])
                 if bw:
                     # What any all-reduce over N nodes must pay on their links: 2(N-1)/N of
                     # the bytes through each node's link (a flat ring over every rank moves a
@@ -241,7 +260,7 @@ def main():
     ms = lambda v: f"{v * 1e3:.2f}"
     print(f"α per hop fitted to {args.comm_bench_dir}/nN.jsonl" if args.comm_bench_dir
           else "no --comm-bench-dir: α = 0 (the bandwidth term alone), no raw call", end="")
-    print(f"; buckets of {args.bucket_bytes} bytes")
+    print(f"; buckets of about {args.bucket_bytes} bytes (the last one's size approximate)")
     print()
     print("| nodes | accelerators | step efficiency | efficiency (score) | exposed exchange per step, ms | of it waiting for the slowest rank | after it | whole exchange per step, ms | hidden | α per hop, µs | α–β bound, ms | whole / bound | last bucket's bound, ms | exposed / it | after the slowest / it | raw call of the last bucket, ms | after the slowest / it | load | repetitions |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")

@@ -154,6 +154,7 @@ fn study(out: &Path) -> String {
             ]),
         );
         std::fs::write(dir.join("n2.load"), format!("{}.5 0.1 0.1\n", rep)).unwrap();
+        std::fs::write(dir.join("n2.exchange"), "allreduce\n").unwrap();
         // Rank 0 ends backward at 100 µs, rank 1 at 104 µs; each reduces a bucket at
         // 60–90 µs (inside backward) and the last one after backward, until 110 and 114 µs:
         // 30 of 40 µs hidden on each.
@@ -243,6 +244,38 @@ fn the_study_gives_median_and_spread_over_repetitions_and_the_hidden_fraction() 
     // between the record's 64 and 128 KiB; 8 µs after the slowest rank is 0.97× it.
     assert!(close("last_raw_s", 8.2496e-6), "{p}");
     assert!(row.contains("| 0.97x |"), "{row}");
+}
+
+/// Without comm-bench records the bound is the bandwidth term alone and no raw call is
+/// shown; with a directory that lacks a size's record the table refuses, naming it.
+#[test]
+fn the_study_without_records_has_no_alpha_and_a_missing_record_is_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    study(tmp.path());
+    let table = |extra: &[&str]| {
+        Command::new("python3")
+            .arg(root().join("scripts/weak_scaling_table.py"))
+            .args([tmp.path().to_str().unwrap(), "8", "2", "all"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = table(&[]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("α = 0"), "{text}");
+    let row = text.lines().find(|l| l.starts_with("| 2 |")).expect(&text);
+    // 1 MB at 8 Gbit/s over 2 nodes: 1 ms; the last bucket's 82,496 bytes: 0.08 ms.
+    assert!(
+        row.contains("| 1.00 |") && row.contains("| 0.08 |"),
+        "{row}"
+    );
+    let empty = tmp.path().join("no-records");
+    std::fs::create_dir_all(&empty).unwrap();
+    let out = table(&["--comm-bench-dir", empty.to_str().unwrap()]);
+    assert!(!out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no n2.jsonl"), "{err}");
 }
 
 #[test]

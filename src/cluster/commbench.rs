@@ -157,22 +157,31 @@ pub fn sweep<C: RawComm>(
         // Each operation's slowest rank, in one reduction outside the timed ones.
         let mut slowest = vec![0f64; mine.len()];
         comm.all_reduce_into(&mine[..], &mut slowest[..], SystemOperation::max());
-        let b = (elems * 4) as u64;
-        for (method, times) in METHODS.into_iter().zip(slowest.chunks(iters)) {
+        rows.extend(rows_of(&slowest, iters, n, (elems * 4) as u64));
+    }
+    rows
+}
+
+/// One size's rows from its operations' slowest-rank times, method-major (`iters` per
+/// method, in `METHODS` order), over `n` ranks.
+fn rows_of(slowest: &[f64], iters: usize, n: usize, bytes: u64) -> Vec<CommRow> {
+    METHODS
+        .into_iter()
+        .zip(slowest.chunks(iters))
+        .map(|(method, times)| {
             let (median, mean) = median_and_mean(times);
-            let algbw = b as f64 / median.max(1e-12);
-            rows.push(CommRow {
+            let algbw = bytes as f64 / median.max(1e-12);
+            CommRow {
                 method,
                 ranks: n,
-                bytes: b,
+                bytes,
                 seconds: median,
                 mean_seconds: mean,
                 algbw,
                 busbw: algbw * 2.0 * (n as f64 - 1.0) / n as f64,
-            });
-        }
-    }
-    rows
+            }
+        })
+        .collect()
 }
 
 /// The median and the mean of `times`, not empty.
@@ -237,6 +246,31 @@ mod tests {
         assert_eq!(median, 3.0);
         assert_eq!(mean, 4.0);
         assert_eq!(median_and_mean(&[5.0]), (5.0, 5.0));
+    }
+
+    #[test]
+    fn each_method_gets_its_own_operations() {
+        // Method i's three operations take i+1, i+2 and 10·(i+1) seconds.
+        let iters = 3;
+        let mut slowest = Vec::new();
+        for i in 0..METHODS.len() {
+            let base = i as f64 + 1.0;
+            slowest.extend([base, base + 1.0, 10.0 * base]);
+        }
+        let rows = rows_of(&slowest, iters, 4, 1000);
+        assert_eq!(rows.len(), METHODS.len());
+        for (i, r) in rows.iter().enumerate() {
+            let base = i as f64 + 1.0;
+            assert_eq!(r.method, METHODS[i]);
+            assert_eq!(r.seconds, base + 1.0, "{r:?}");
+            assert!(
+                (r.mean_seconds - (12.0 * base + 1.0) / 3.0).abs() < 1e-12,
+                "{r:?}"
+            );
+            assert_eq!(r.algbw, 1000.0 / r.seconds);
+            assert!((r.busbw - r.algbw * 1.5).abs() < 1e-9, "{r:?}");
+        }
+        assert_eq!(rows[7].method, "control");
     }
 
     #[test]
