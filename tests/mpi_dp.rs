@@ -121,7 +121,7 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
                 "device",
             ][..],
             // The node-aware exchange (one node here: reduce onto the node's first rank and
-            // broadcast; tests/virtual_cluster.rs runs it across nodes), from both stagings.
+            // broadcast; tests/virtual_cluster/ runs it across nodes), from both stagings.
             &[
                 "--frozen-bn",
                 "--bucket-bytes",
@@ -156,7 +156,7 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
 fn auto_takes_the_flat_exchange_on_one_node_without_timing_it() {
     // On one node the node-aware exchange is the flat one plus calls: `auto` (the default)
     // must take `allreduce` unmeasured, say so, and train exactly as `allreduce` does.
-    // tests/virtual_cluster.rs has the measured choice across nodes.
+    // tests/virtual_cluster/ has the measured choice across nodes.
     let flat = run(3, &["--frozen-bn", "--exchange", "allreduce"]);
     let auto = run(3, &["--frozen-bn"]);
     assert_eq!(flat["exchange"], "allreduce");
