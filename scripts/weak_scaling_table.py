@@ -132,13 +132,9 @@ def link_figures(directory, nodes):
     links = across[0] if across else by.get("world")
     if not links or links[0][0] != nodes:
         sys.exit(f"weak_scaling_table.py: {path}: needs a scope of {nodes} ranks, one per node")
-    world = {"allreduce": sorted((m, t) for _, m, t in by.get("world", [])), "hierarchical": []}
-    with open(path) as f:
-        for line in f:
-            r = json.loads(line) if line.startswith("{") else {}
-            if r.get("scope") == "world" and r.get("method") == "hierarchical":
-                world["hierarchical"].append((r["bytes"], r["seconds"]))
-    world["hierarchical"].sort()
+    node_aware = model.load(path, "hierarchical", required=False)
+    world = {"allreduce": sorted((m, t) for _, m, t in by.get("world", [])),
+             "hierarchical": sorted((m, t) for _, m, t in node_aware.get("world", []))}
     return model.fit(links)[0], world
 
 
@@ -163,12 +159,14 @@ def buckets_of(nbytes, bucket_bytes):
     rest `bucket_bytes` each, the last what is left. aiperf closes a bucket at a whole
     tensor once it holds the cap, so its real buckets are somewhat larger and its last one
     differs; and the bytes per step are averaged over a run's architectures."""
-    return scaling_model().bucket_sizes(nbytes, min(bucket_bytes, 1 << 20), bucket_bytes)
+    model = scaling_model()
+    return model.bucket_sizes(nbytes, model.first_bucket(bucket_bytes), bucket_bytes)
 
 
 def bounds(nodes, buckets, bw, alpha):
-    """(whole, last bucket) alpha-beta bounds of one step's exchange over `nodes` nodes."""
-    one = lambda b: 2 * (nodes - 1) * alpha + 2 * (nodes - 1) / nodes * b / bw
+    """(whole, last bucket) alpha-beta bounds of one step's exchange over `nodes` nodes: the
+    ring's 2(N-1)·α + 2(N-1)/N · bytes / bw per bucket."""
+    one = lambda b: scaling_model().ring(alpha, 1 / bw, b, nodes)
     return sum(one(b) for b in buckets), one(buckets[-1])
 
 
@@ -252,7 +250,8 @@ def main():
     ap.add_argument("rpn", type=int, help="ranks per node")
     ap.add_argument("group", choices=["all", "node"])
     ap.add_argument("--comm-bench-dir", help="nN.jsonl: comm-bench --json on each size's nodes (α, the raw call)")
-    ap.add_argument("--bucket-bytes", type=int, default=131072, help="the runs' --bucket-bytes")
+    ap.add_argument("--bucket-bytes", type=scaling_model().positive_int, default=131072,
+                    help="the runs' --bucket-bytes")
     args = ap.parse_args()
     out, link, rpn, group = args.out, args.link, args.rpn, args.group
     bw = None if link == "none" else float(link) * 1e9 / 8

@@ -270,6 +270,13 @@ fn the_study_without_records_has_no_alpha_and_a_missing_record_is_an_error() {
         row.contains("| 1.00 |") && row.contains("| 0.08 |"),
         "{row}"
     );
+    // A bucket of 0 bytes would never fill: refused, not looped on.
+    let out = table(&["--bucket-bytes", "0"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--bucket-bytes"),
+        "{out:?}"
+    );
     let empty = tmp.path().join("no-records");
     std::fs::create_dir_all(&empty).unwrap();
     let out = table(&["--comm-bench-dir", empty.to_str().unwrap()]);
