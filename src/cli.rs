@@ -76,9 +76,13 @@ pub struct DpCheckArgs {
     /// Bytes per exchange bucket (small values check the pipelined path).
     #[arg(long, default_value_t = crate::train::exchange::DEFAULT_BUCKET_BYTES)]
     pub bucket_bytes: u64,
-    /// Where the exchange's buffer is (device: one flat tensor handed to MPI in place).
+    /// Where the exchange's buffer is (device: one flat tensor handed to MPI in place; host:
+    /// gradients copied through a host buffer, as on CUDA without a CUDA-aware MPI).
     #[arg(long, value_enum, default_value = "auto")]
     pub staging: crate::train::staging::Staging,
+    /// Exchange after backward instead of overlapped with it.
+    #[arg(long)]
+    pub no_overlap: bool,
     /// The device each rank trains on: cuda takes CUDA device (node-local rank mod the
     /// node's devices), so ranks may share one; auto takes CUDA when libtorch sees one.
     #[arg(long, value_enum, default_value = "auto")]

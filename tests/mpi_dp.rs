@@ -153,6 +153,50 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
 }
 
 #[test]
+fn the_overlapped_exchange_sums_what_the_exchange_after_backward_sums() {
+    // The exchange overlapped with backward, on both paths a rank can take: gradients as
+    // views of the buckets (the CPU's default, CUDA with a CUDA-aware MPI) and copied
+    // through a host buffer (`--staging host`: CUDA's path without one). Views bind at the
+    // first exchange, which follows backward; the copying path overlaps from the first
+    // step. The same buckets in backward order, the same in-place calls: the training is
+    // bit-identical, overlapped or not, copied or not. After backward the copying path
+    // buckets in the model's order, which changes the summation order with 3 ranks only.
+    for np in [2, 3] {
+        let common = [
+            "--frozen-bn",
+            "--bucket-bytes",
+            "4096",
+            "--exchange",
+            "allreduce",
+        ];
+        let run_with = |extra: &[&str]| run(np, &[&common[..], extra].concat());
+        let views = run_with(&[]);
+        let views_after = run_with(&["--no-overlap"]);
+        let copied = run_with(&["--staging", "host"]);
+        let copied_after = run_with(&["--staging", "host", "--no-overlap"]);
+        for (r, overlapped) in [
+            (&views, 5),
+            (&views_after, 0),
+            (&copied, 6),
+            (&copied_after, 0),
+        ] {
+            assert_eq!(r["identical"], true, "np={np}: {r}");
+            assert_eq!(r["overlapped_steps"], overlapped, "np={np}: {r}");
+            assert_eq!(r["bytes_per_step"], views["bytes_per_step"], "np={np}: {r}");
+        }
+        for r in [&views_after, &copied] {
+            assert_eq!(r["param_sum"], views["param_sum"], "np={np}: {r}");
+            assert_eq!(r["losses"], views["losses"], "np={np}: {r}");
+        }
+        let (a, b) = (
+            views["param_sum"].as_f64().unwrap(),
+            copied_after["param_sum"].as_f64().unwrap(),
+        );
+        assert!((a - b).abs() <= 1e-6 * a.abs(), "np={np}: {a} vs {b}");
+    }
+}
+
+#[test]
 fn auto_takes_the_flat_exchange_on_one_node_without_timing_it() {
     // On one node the node-aware exchange is the flat one plus calls: `auto` (the default)
     // must take `allreduce` unmeasured, say so, and train exactly as `allreduce` does.

@@ -176,10 +176,13 @@ fn real_training_under_mpirun_with_groups_of_two_and_three_ranks() {
     std::fs::create_dir_all(&data).unwrap();
     write_split(&data, "train", 384, 1);
     write_split(&data, "val", 96, 2);
-    // The 3-rank group also runs the device paths on the CPU: augmentation by libtorch
-    // from the stored images, and the exchange's buffer handed to MPI as one tensor.
+    // The 2-rank group copies the gradients through a host buffer (the path CUDA takes
+    // without a CUDA-aware MPI), overlapped as well. The 3-rank group runs the device paths
+    // on the CPU: augmentation by libtorch from the stored images, and the gradients as
+    // views of one tensor handed to MPI in place.
+    let host = ["--exchange-staging", "host"];
     let device = ["--augment-on", "device", "--exchange-staging", "device"];
-    for (np, ranks, paths) in [(3usize, 2u64, &[][..]), (4, 3, &device[..])] {
+    for (np, ranks, paths) in [(3usize, 2u64, &host[..]), (4, 3, &device[..])] {
         let results = tmp.path().join(format!("np{np}"));
         // Buckets of 4 KiB: several per step, so the exchange can overlap with backward.
         let flags = [

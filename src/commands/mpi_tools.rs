@@ -150,7 +150,7 @@ pub fn dp_check(a: &crate::cli::DpCheckArgs) -> anyhow::Result<()> {
             .bucket_bytes
             .min(crate::train::exchange::DEFAULT_FIRST_BUCKET_BYTES),
         staging: a.staging,
-        overlap: true,
+        overlap: !a.no_overlap,
     };
     // The node-local index, as `aiperf run` places ranks on devices.
     let local = world.split_shared(0).rank() as usize;

@@ -68,9 +68,10 @@ pub struct RunFlags {
     /// [default: 26214400, DDP's 25 MiB].
     #[arg(long)]
     pub bucket_bytes: Option<u64>,
-    /// Where the exchange's buffer is: host (pinned for CUDA tensors), device (handed to a
-    /// CUDA-aware MPI as it is), or auto (device when the MPI says it is CUDA-aware)
-    /// [default: auto].
+    /// Where the exchange's buffer is: host (gradients copied through a host buffer, pinned
+    /// for CUDA tensors), device (gradients as views of one tensor handed to MPI as it is:
+    /// CUDA needs a CUDA-aware MPI), or auto (device when the MPI says it is CUDA-aware; on
+    /// the CPU the gradients are views all the same) [default: auto].
     #[arg(long, value_enum)]
     pub exchange_staging: Option<crate::train::staging::Staging>,
     /// Loader threads per rank (size them per GPU: docs/performance.md, "Data wait under a

@@ -3,7 +3,8 @@
 //! builds the same ResNet from the same seed, trains on its share of seeded global batches
 //! (13 samples, so shards differ in size), exchanges gradients with [`sync_gradients`] and
 //! batch-norm statistics with [`average_buffers`], and compares a hash of all its variables'
-//! bytes with every other rank's after each SGD step.
+//! bytes with every other rank's after each SGD step. The exchange runs as in training:
+//! overlapped with backward where it can be ([`Gradients`]).
 
 use std::hash::{Hash, Hasher};
 
@@ -13,8 +14,9 @@ use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Tensor};
 
 use super::exchange::ExchangeMethod;
+use super::gradients::Gradients;
 use super::sync::{all_variables, float_buffers};
-use super::{average_buffers, sync_gradients, TrainError};
+use super::{average_buffers, TrainError};
 use crate::arch::{cifar_resnet, CifarResnetConfig, Shape};
 use crate::data::shard_range;
 use crate::model::Net;
@@ -34,6 +36,9 @@ pub struct DpReport {
     pub losses: Vec<f64>,
     /// Bytes each rank exchanged per step.
     pub bytes_per_step: u64,
+    /// Steps whose exchange ran overlapped with backward (gradient views: from the second,
+    /// once the first exchange has bound them; the copying path: from the first).
+    pub overlapped_steps: u32,
     /// The exchange that ran (`auto` resolved).
     pub exchange: ExchangeMethod,
     /// What `auto` measured and chose, when it was asked for (set by the caller that
@@ -91,30 +96,32 @@ pub fn dp_check<C: super::inplace::RawComm>(
     let vars = vs.trainable_variables();
     let buffers = float_buffers(&vs);
     let mut buf = super::staging::ExchangeBuffer::default();
-    // The training's path: gradients as views of the buckets where MPI reads their memory.
-    let mut views = super::views::GradViews::usable(device, &cfg.staging.resolve(device)?)
-        .then(super::views::GradViews::default);
+    // The training's path: gradients as views of the buckets where MPI reads their memory,
+    // the exchange overlapped with backward where it can be.
+    let mut grads = Gradients::new(&vars, device, cfg)?;
     let global = 13usize;
-    let (mut losses, mut identical, mut bytes) = (Vec::new(), true, 0);
+    let (mut losses, mut identical, mut bytes, mut overlapped_steps) = (Vec::new(), true, 0, 0);
     for step in 0..i64::from(steps) {
         tch::manual_seed(1000 + step);
         let x = Tensor::randn([global as i64, 3, 8, 8], (Kind::Float, Device::Cpu)).to(device);
         let y = Tensor::randint(3, [global as i64], (Kind::Int64, Device::Cpu)).to(device);
         let mine = shard_range(global, size, rank);
         let (start, len) = (mine.start as i64, mine.len() as i64);
-        match &views {
-            Some(v) => v.zero(&mut opt)?,
-            None => opt.zero_grad(),
-        }
+        grads.zero(&mut opt)?;
         let loss = net
             .forward_t(&x.narrow(0, start, len), !frozen_bn)
             .cross_entropy_for_logits(&y.narrow(0, start, len));
-        loss.backward();
         let weight = mine.len() as f32 / global as f32;
-        bytes = match &mut views {
-            Some(v) => v.sync(comm, cfg, &vars, weight, false)?.0.bytes,
-            None => sync_gradients(comm, cfg, &vars, weight, &mut buf)?.bytes,
-        };
+        let backward = || loss.f_backward().map_err(TrainError::from);
+        bytes = if grads.overlaps() {
+            overlapped_steps += 1;
+            grads.backward_during(comm, cfg, (weight, false), &mut buf, backward)?
+        } else {
+            backward()?;
+            grads.after(comm, cfg, (weight, false), &mut buf)?
+        }
+        .0
+        .bytes;
         opt.step();
         average_buffers(comm, cfg, &buffers, weight, &mut buf)?;
         let local = [loss.f_double_value(&[])? * f64::from(weight)];
@@ -137,6 +144,7 @@ pub fn dp_check<C: super::inplace::RawComm>(
         param_sum,
         losses,
         bytes_per_step: bytes,
+        overlapped_steps,
         exchange: cfg.method,
         choice: None,
     })

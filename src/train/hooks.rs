@@ -102,6 +102,24 @@ impl GradHooks {
         let _clear = Clear(&self.current);
         backward()
     }
+
+    /// Calls `overlap` with a step's backward pass ([`super::overlap::Backward`]) that runs
+    /// `backward` under these hooks; returns what `overlap` returned, or backward's error.
+    pub fn overlap<T>(
+        &self,
+        backward: impl FnOnce() -> Result<(), TrainError>,
+        overlap: impl FnOnce(&mut super::overlap::Backward<'_>) -> T,
+    ) -> Result<T, TrainError> {
+        let mut outcome = Ok(());
+        let mut backward = Some(backward);
+        let mut run = |ready: &mut dyn FnMut(usize)| {
+            if let Some(b) = backward.take() {
+                outcome = self.during(ready, b);
+            }
+        };
+        let result = overlap(&mut run);
+        outcome.map(|()| result)
+    }
 }
 
 impl Drop for GradHooks {

@@ -12,6 +12,7 @@ pub mod choose;
 pub mod emulated;
 pub mod exchange;
 pub mod fault;
+mod gradients;
 pub mod hierarchy;
 pub mod hooks;
 pub mod inplace;

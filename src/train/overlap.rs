@@ -7,7 +7,9 @@
 //! rank and each is summed by the same call as without overlap, so the sums are the same,
 //! bit for bit. MPI must run with at least `MPI_THREAD_SERIALIZED` ([`set_thread_level`]):
 //! while the thread reduces, the step makes no MPI call. Without it, every bucket is
-//! reduced after backward, in order, as before.
+//! reduced after backward, in order, as before. The buckets may lie on CUDA (gradient views
+//! handed to a CUDA-aware MPI): the thread then waits for the device's kernels before each
+//! reduction.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,25 +46,74 @@ enum Reducer<'t> {
     Nodes(&'t Topology),
 }
 
-/// The reducer crosses to the communication thread, which alone makes MPI calls while it
-/// runs (the thread level is at least serialized).
-struct ForThread<'t>(Reducer<'t>);
+/// The reducer and the buckets' memory cross to the communication thread, which alone
+/// makes MPI calls while it runs (the thread level is at least serialized).
+struct ForThread<'t> {
+    reducer: Reducer<'t>,
+    base: *mut f32,
+    /// The CUDA device whose kernels must have completed before MPI reads a bucket.
+    cuda: Option<usize>,
+}
 // SAFETY: the handle and the topology's communicators are used by one thread at a time:
-// the step thread makes no MPI call until the communication thread has finished.
+// the step thread makes no MPI call until the communication thread has finished. The
+// memory at `base` is the step's buckets; each is handed over once, after it was filled,
+// and nothing else touches it until the thread has finished.
 unsafe impl Send for ForThread<'_> {}
 
 impl ForThread<'_> {
-    /// Reduces the step's bucket `k`.
-    fn reduce(&self, bucket: &mut [f32], k: usize) {
-        // SAFETY: `bucket` is valid for its length and used by nothing else until this
-        // returns; the communicator is a live one of this process.
+    /// Reduces the step's bucket `k`, the elements `elems` of the buffer.
+    fn reduce(&self, elems: Range<usize>, k: usize) {
+        if let Some(i) = self.cuda {
+            // MPI reads device memory: the kernels that wrote the bucket must be done.
+            tch::Cuda::synchronize(i as i64);
+        }
+        // SAFETY: `elems` lies within the buffer (`Target`'s contract), no other bucket
+        // overlaps it, and nothing else uses it until this returns; the communicator is
+        // a live one of this process.
         unsafe {
-            match self.0 {
-                Reducer::Flat(comm) => {
-                    inplace::allreduce_bucket(comm, bucket.as_mut_ptr(), bucket.len(), k > 0)
-                }
-                Reducer::Nodes(t) => t.allreduce_raw(bucket.as_mut_ptr(), bucket.len(), k > 0),
+            let ptr = self.base.add(elems.start);
+            match self.reducer {
+                Reducer::Flat(comm) => inplace::allreduce_bucket(comm, ptr, elems.len(), k > 0),
+                Reducer::Nodes(t) => t.allreduce_raw(ptr, elems.len(), k > 0),
             }
+        }
+    }
+}
+
+/// The memory the buckets are reduced in, one after another from its start: host memory,
+/// or CUDA memory handed to a CUDA-aware MPI.
+pub struct Target<'a> {
+    base: *mut f32,
+    len: usize,
+    cuda: Option<usize>,
+    _buf: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+impl<'a> Target<'a> {
+    /// Host memory, borrowed for the step.
+    pub fn host(buf: &'a mut [f32]) -> Target<'a> {
+        Target {
+            base: buf.as_mut_ptr(),
+            len: buf.len(),
+            cuda: None,
+            _buf: std::marker::PhantomData,
+        }
+    }
+
+    /// The memory of `flat`, a contiguous f32 tensor on the CPU or on CUDA.
+    ///
+    /// # Safety
+    /// Nothing but the step's `fill` may read or write `flat` while the step runs; on CUDA
+    /// the MPI must take device memory.
+    pub unsafe fn tensor(flat: &'a tch::Tensor) -> Target<'a> {
+        Target {
+            base: flat.data_ptr().cast(),
+            len: flat.numel(),
+            cuda: match flat.device() {
+                tch::Device::Cuda(i) => Some(i),
+                _ => None,
+            },
+            _buf: std::marker::PhantomData,
         }
     }
 }
@@ -72,13 +123,13 @@ impl ForThread<'_> {
 /// gone, so every rank reduces the buckets in the same order).
 pub type Backward<'b> = dyn FnMut(&mut dyn FnMut(usize)) + 'b;
 
-/// One step's exchange overlapped with its backward. `backward` runs the step's backward
-/// pass and calls `ready(i)` as piece `i` (of `sizes`, in exchange order) gets its
-/// gradient; each bucket that becomes complete, in order, is filled by `fill` (for gradient
-/// views: scaled by the rank's weight, the stop flag set) and handed to the communication
-/// thread.
-/// Buckets still pending when `backward` returns are handed over then. Returns each
-/// bucket's (start, end) and the seconds the step waited for the exchange after backward.
+/// One step's exchange overlapped with its backward, on host memory. `backward` runs the
+/// step's backward pass and calls `ready(i)` as piece `i` (of `sizes`, in exchange order)
+/// gets its gradient; each bucket that becomes complete, in order, is filled by `fill`
+/// (for gradient views: scaled by the rank's weight, the stop flag set) and handed to the
+/// communication thread. Buckets still pending when `backward` returns are handed over
+/// then. Returns each bucket's (start, end) and the seconds the step waited for the
+/// exchange after backward.
 pub fn overlapped<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
@@ -87,44 +138,70 @@ pub fn overlapped<C: RawComm>(
     fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
     backward: &mut Backward<'_>,
 ) -> (ExchangeTimes, f64) {
+    let target = Target::host(buf);
+    let base = target.base;
+    let mut fill_slice = |pieces: Range<usize>, elems: Range<usize>| {
+        // SAFETY: `elems` is one bucket of `buf` (borrowed for this call), filled before
+        // it is handed over and not touched by the communication thread until then.
+        let bucket = unsafe { std::slice::from_raw_parts_mut(base.add(elems.start), elems.len()) };
+        fill(pieces, bucket)
+    };
+    overlapped_in(comm, cfg, sizes, target, &mut fill_slice, backward)
+}
+
+/// [`overlapped`] on any [`Target`]: `fill` gets each bucket's pieces and its elements'
+/// range in the target (on CUDA, it writes them with kernels; the communication thread
+/// waits for the device before each reduction).
+pub fn overlapped_in<C: RawComm>(
+    comm: &C,
+    cfg: &ExchangeConfig,
+    sizes: &[usize],
+    target: Target<'_>,
+    fill: &mut dyn FnMut(Range<usize>, Range<usize>),
+    backward: &mut Backward<'_>,
+) -> (ExchangeTimes, f64) {
     let plan = buckets(sizes, cfg);
     let topo = (cfg.method == ExchangeMethod::Hierarchical).then(|| hierarchy::topology_of(comm));
-    let reducer = ForThread(match &topo {
-        Some(t) => Reducer::Nodes(t),
-        None => Reducer::Flat(comm.as_raw()),
-    });
+    let reducer = ForThread {
+        reducer: match &topo {
+            Some(t) => Reducer::Nodes(t),
+            None => Reducer::Flat(comm.as_raw()),
+        },
+        base: target.base,
+        cuda: target.cuda,
+    };
     let started = Instant::now();
-    let mut slices: Vec<&mut [f32]> = Vec::with_capacity(plan.len());
-    let mut rest = buf;
+    let mut ranges = Vec::with_capacity(plan.len());
+    let mut at = 0;
     for b in &plan {
-        let (slice, tail) = std::mem::take(&mut rest).split_at_mut(b.elems);
-        slices.push(slice);
-        rest = tail;
+        ranges.push(at..at + b.elems);
+        at += b.elems;
     }
+    assert!(at <= target.len, "the buckets lie within the target");
     let mut bucket_of = vec![0; sizes.len()];
     for (k, b) in plan.iter().enumerate() {
         bucket_of[b.pieces.clone()].fill(k);
     }
     let mut missing: Vec<usize> = plan.iter().map(|b| b.pieces.len()).collect();
     let mut seen = vec![false; sizes.len()];
-    let mut pending = slices.into_iter().zip(&plan).enumerate().peekable();
+    let mut pending = ranges.into_iter().zip(&plan).enumerate().peekable();
     let (spans, waited) = std::thread::scope(|s| {
-        let (tx, rx) = mpsc::channel::<(usize, &mut [f32])>();
+        let (tx, rx) = mpsc::channel::<(usize, Range<usize>)>();
         let worker = s.spawn(move || {
             let reducer = reducer;
             let mut spans = Vec::new();
-            for (k, bucket) in rx {
+            for (k, elems) in rx {
                 let t = unix_s();
-                reducer.reduce(bucket, k);
+                reducer.reduce(elems, k);
                 spans.push((k, t, unix_s()));
             }
             spans
         });
         let mut send = |upto_all: bool, missing: &[usize]| {
-            while let Some((k, (slice, b))) = pending.next_if(|(k, _)| upto_all || missing[*k] == 0)
+            while let Some((k, (elems, b))) = pending.next_if(|(k, _)| upto_all || missing[*k] == 0)
             {
-                fill(b.pieces.clone(), slice);
-                tx.send((k, slice))
+                fill(b.pieces.clone(), elems.clone());
+                tx.send((k, elems))
                     .expect("the communication thread runs until the step ends");
             }
         };

@@ -17,10 +17,12 @@ use crate::data::host_slice;
 #[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Staging {
-    /// `device` for CUDA tensors when the MPI is CUDA-aware, else `host`.
+    /// `device` for CUDA tensors when the MPI is CUDA-aware, else `host` (on the CPU the
+    /// gradients are views of the buckets all the same: MPI reads them where they lie).
     #[default]
     Auto,
-    /// A host buffer (pinned for CUDA tensors).
+    /// A host buffer (pinned for CUDA tensors) the values are copied through, gradients
+    /// included (on the CPU too, where it exercises CUDA's path without a CUDA-aware MPI).
     Host,
     /// A buffer on the tensors' device, handed to MPI as it is.
     Device,

@@ -5,10 +5,15 @@
 //! Every rank must end with the same sums: the per-epoch parameter hash checks it
 //! under the MPI in use (reduce + broadcast guarantees it by construction).
 
+use std::ops::Range;
+use std::time::Instant;
+
 use tch::{Device, Tensor};
 
 use super::exchange::{exchange, exchange_resident, ExchangeConfig, ExchangeTimes};
+use super::hooks::GradHooks;
 use super::inplace::RawComm;
+use super::overlap::overlapped;
 use super::staging::{host_view, ExchangeBuffer, Resolved};
 use super::TrainError;
 
@@ -162,40 +167,13 @@ impl Parts<'_> {
         host: &mut [f32],
     ) -> Result<Summed, TrainError> {
         let (tensors, sizes, weight, extra) = (self.tensors, self.sizes, self.weight, self.extra);
-        let mut fill =
-            |pieces: std::ops::Range<usize>, dst: &mut [f32]| -> Result<(), TrainError> {
-                let mut offset = 0;
-                for i in pieces {
-                    let n = sizes[i];
-                    let part = &mut dst[offset..offset + n];
-                    match tensors.get(i) {
-                        Some(t) => {
-                            // SAFETY: `part` is borrowed for this statement only and not used
-                            // otherwise while the view is written.
-                            let mut view = unsafe { host_view(part.as_mut_ptr(), n)? };
-                            view.f_copy_(&t.f_reshape([-1])?)?;
-                            part.iter_mut().for_each(|x| *x *= weight);
-                        }
-                        None => part[0] = extra.unwrap_or(0.0),
-                    }
-                    offset += n;
-                }
-                Ok(())
-            };
+        let mut fill = |pieces: Range<usize>, dst: &mut [f32]| {
+            let tensor = |i: usize| tensors.get(i).map(|t| Ok(t.shallow_clone()));
+            fill_host(pieces, dst, sizes, tensor, weight, extra)
+        };
         let times = exchange(comm, cfg, sizes, &mut fill, host)?;
-        let values = host.len() - usize::from(extra.is_some());
-        let mut offset = 0;
-        tch::no_grad(|| -> Result<(), TrainError> {
-            for (t, &n) in tensors.iter().zip(sizes) {
-                // SAFETY: the view only reads `host`, which nothing writes meanwhile.
-                let summed = unsafe { host_view(host[offset..].as_mut_ptr(), n)? };
-                t.shallow_clone().f_copy_(&summed.f_view_as(t)?)?;
-                offset += n;
-            }
-            Ok(())
-        })?;
-        let finite = host[..values].iter().all(|x| x.is_finite());
-        let summed = extra.map_or(0.0, |_| host[values]);
+        copy_back(tensors, sizes, host)?;
+        let (finite, summed) = host_outcome(host, extra.is_some());
         Ok((times, finite, summed))
     }
 
@@ -241,19 +219,125 @@ impl Parts<'_> {
     }
 }
 
+/// Fills `dst` with the pieces `pieces` of `sizes`, one after another: the values of each
+/// tensor `tensor(i)` gives, scaled by `weight` (copied by libtorch into a view of `dst`:
+/// one DMA transfer from CUDA into page-locked memory), or, where it gives none, the extra
+/// value unscaled.
+fn fill_host(
+    pieces: Range<usize>,
+    dst: &mut [f32],
+    sizes: &[usize],
+    tensor: impl Fn(usize) -> Option<Result<Tensor, TrainError>>,
+    weight: f32,
+    extra: Option<f32>,
+) -> Result<(), TrainError> {
+    let mut offset = 0;
+    for i in pieces {
+        let n = sizes[i];
+        let part = &mut dst[offset..offset + n];
+        match tensor(i) {
+            Some(t) => {
+                // SAFETY: `part` is borrowed for this statement only and not used otherwise
+                // while the view is written.
+                let mut view = unsafe { host_view(part.as_mut_ptr(), n)? };
+                view.f_copy_(&t?.f_reshape([-1])?)?;
+                part.iter_mut().for_each(|x| *x *= weight);
+            }
+            None => part[0] = extra.unwrap_or(0.0),
+        }
+        offset += n;
+    }
+    Ok(())
+}
+
+/// Copies the sums in `host` back into `tensors` (pieces of `sizes`, one after another).
+fn copy_back(tensors: &[Tensor], sizes: &[usize], host: &mut [f32]) -> Result<(), TrainError> {
+    let mut offset = 0;
+    tch::no_grad(|| -> Result<(), TrainError> {
+        for (t, &n) in tensors.iter().zip(sizes) {
+            // SAFETY: the view only reads `host`, which nothing writes meanwhile.
+            let summed = unsafe { host_view(host[offset..].as_mut_ptr(), n)? };
+            t.shallow_clone().f_copy_(&summed.f_view_as(t)?)?;
+            offset += n;
+        }
+        Ok(())
+    })
+}
+
+/// Whether every summed value in `host` is finite, and the extra value's sum (the last
+/// element, `extra`) or 0.
+fn host_outcome(host: &[f32], extra: bool) -> (bool, f32) {
+    let values = host.len() - usize::from(extra);
+    let finite = host[..values].iter().all(|x| x.is_finite());
+    (finite, if extra { host[values] } else { 0.0 })
+}
+
+/// [`sync_gradients_with_flag`] overlapped with the backward pass `backward` runs, through
+/// the host buffer (page-locked for CUDA: the path without a CUDA-aware MPI). `order` is
+/// the variables in the hooks' (backward) order; each bucket's gradients are copied in,
+/// scaled and handed to the communication thread as soon as the hooks report them all
+/// accumulated — on CUDA the copy waits for the kernels that wrote them, on the thread
+/// running backward — and the sums are copied back after. The seconds reported are what
+/// the step waited for after backward, the copies back included. A rank whose copies fail
+/// still takes part in every reduction (with zeros) and returns the error after.
+pub(super) fn sync_copied_during<C: RawComm>(
+    comm: &C,
+    cfg: &ExchangeConfig,
+    hooks: &GradHooks,
+    order: &[Tensor],
+    (weight, flag): (f32, bool),
+    buf: &mut ExchangeBuffer,
+    backward: impl FnOnce() -> Result<(), TrainError>,
+) -> Result<(SyncStats, bool), TrainError> {
+    let mut sizes: Vec<usize> = order.iter().map(Tensor::numel).collect();
+    sizes.push(1);
+    let total: usize = sizes.iter().sum();
+    if i32::try_from(total).is_err() {
+        return Err(TrainError::TooLarge(total));
+    }
+    let cuda = order.first().is_some_and(|t| t.device().is_cuda());
+    let host = buf.host(total, cuda)?;
+    let flag = f32::from(u8::from(flag));
+    let mut failed = None;
+    let mut fill = |pieces: Range<usize>, dst: &mut [f32]| {
+        let tensor = |i: usize| order.get(i).map(|v| gradient(v, i));
+        if let Err(e) = fill_host(pieces, dst, &sizes, tensor, weight, Some(flag)) {
+            dst.fill(0.0);
+            failed.get_or_insert(e);
+        }
+    };
+    let (times, waited) = hooks.overlap(backward, |run| {
+        overlapped(comm, cfg, &sizes, host, &mut fill, run)
+    })?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let copying = Instant::now();
+    copy_back(&gradients(order)?, &sizes, host)?;
+    let (finite, raised) = host_outcome(host, true);
+    let exposed = ExchangeTimes {
+        seconds: waited + copying.elapsed().as_secs_f64(),
+        buckets: times.buckets,
+    };
+    Ok((SyncStats::of(comm, total, exposed, finite), raised > 0.5))
+}
+
+/// Variable `i`'s gradient, or an error naming its index.
+fn gradient(var: &Tensor, i: usize) -> Result<Tensor, TrainError> {
+    let g = var.grad();
+    if g.defined() {
+        Ok(g)
+    } else {
+        Err(TrainError::NoGradient(i))
+    }
+}
+
 /// Every variable's gradient: `grad()` returns a handle on the gradient's storage, so
 /// writing it writes the gradient. A variable without one is an error naming its index.
 pub(super) fn gradients(vars: &[Tensor]) -> Result<Vec<Tensor>, TrainError> {
     vars.iter()
         .enumerate()
-        .map(|(i, v)| {
-            let g = v.grad();
-            if g.defined() {
-                Ok(g)
-            } else {
-                Err(TrainError::NoGradient(i))
-            }
-        })
+        .map(|(i, v)| gradient(v, i))
         .collect()
 }
 

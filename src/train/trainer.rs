@@ -19,13 +19,11 @@ use tch::{nn, Device, Kind, Reduction, Tensor};
 
 use super::amp::Precision;
 use super::exchange::{unix_s, ExchangeConfig};
-use super::hooks::GradHooks;
-use super::overlap;
+use super::gradients::Gradients;
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
 use super::staging::ExchangeBuffer;
-use super::sync::{all_variables, float_buffers, sync_gradients_with_flag, SyncStats};
-use super::views::GradViews;
+use super::sync::{all_variables, float_buffers, SyncStats};
 use super::{
     average_buffers, exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun,
 };
@@ -133,7 +131,6 @@ pub struct TrialTrainer<'c, C: Communicator> {
     vs: nn::VarStore,
     net: Net,
     opt: nn::Optimizer,
-    vars: Vec<Tensor>,
     buffers: Vec<Tensor>,
     train: Loader,
     val: Loader,
@@ -141,14 +138,8 @@ pub struct TrialTrainer<'c, C: Communicator> {
     scaler: Option<LossScaler>,
     /// The exchange's buffer, reused.
     buf: ExchangeBuffer,
-    /// The gradients as views of the exchange's buckets, where MPI reads their memory.
-    views: Option<GradViews>,
-    /// The trainable variables in backward order (reversed): the buckets' order, so that
-    /// the first bucket is the first one backward completes.
-    backward_order: Vec<Tensor>,
-    /// Autograd hooks reporting each gradient as backward accumulates it, where the
-    /// exchange overlaps with backward (CPU gradient views).
-    hooks: Option<GradHooks>,
+    /// The trainable variables' gradients and their exchange (views, hooks).
+    grads: Gradients,
     /// The node-aware exchange's communicators while the trial lives (`hierarchical` only).
     _topology: Option<super::hierarchy::Registered>,
 }
@@ -324,13 +315,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         }
         .build(&vs, lr)?;
         let (train, val) = loaders(cfg, device, (rank, size), (train_pack, val_pack), spec)?;
-        let vars = vs.trainable_variables();
-        let backward_order: Vec<Tensor> = vars.iter().rev().map(Tensor::shallow_clone).collect();
-        let views =
-            GradViews::usable(device, &exchange.staging.resolve(device)?).then(GradViews::default);
-        let hooks = (views.is_some() && device == Device::Cpu && overlap::overlaps(&exchange))
-            .then(|| GradHooks::add(&backward_order))
-            .transpose()?;
+        let grads = Gradients::new(&vs.trainable_variables(), device, &exchange)?;
         Ok(TrialTrainer {
             comm,
             cfg: TrainConfig {
@@ -338,9 +323,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                 ..cfg.clone()
             },
             device,
-            vars,
-            backward_order,
-            hooks,
+            grads,
             buffers: float_buffers(&vs),
             vs,
             net,
@@ -354,7 +337,6 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             },
             scaler: (cfg.precision == Precision::Fp16).then(LossScaler::default),
             buf: ExchangeBuffer::default(),
-            views,
             _topology: topology,
         })
     }
@@ -450,10 +432,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let computing = Instant::now();
         let computing_unix = traced.then(unix_s);
         let smoothing = self.cfg.label_smoothing;
-        match &self.views {
-            Some(v) => v.zero(&mut self.opt)?,
-            None => self.opt.zero_grad(),
-        }
+        self.grads.zero(&mut self.opt)?;
         let loss = self.cfg.precision.autocast(|| {
             self.net.forward_t(x, true).f_cross_entropy_loss::<Tensor>(
                 y,
@@ -499,8 +478,8 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
     }
 
     /// Backward (through the scaled loss under fp16, unscaled inside the exchange's weight)
-    /// and the gradient exchange carrying the stop flag — overlapped with backward where the
-    /// hooks are in place and the gradients are bound to the buckets — with forward and
+    /// and the gradient exchange carrying the stop flag — overlapped with backward where
+    /// [`Gradients::overlaps`] — with forward and
     /// backward booked as compute (`computing`: when the step began) and the exchange's
     /// exposed time as all-reduce. Returns the exchange's figures and whether any rank
     /// raised the stop flag.
@@ -520,11 +499,15 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         };
         let weight = (f64::from(weight) / scale) as f32;
         let cfg = self.cfg.exchange;
-        if let (Some(hooks), Some(views)) = (&self.hooks, self.views.as_mut().filter(|v| v.bound()))
-        {
+        if self.grads.overlaps() {
             let backward = || scaled.f_backward().map_err(TrainError::from);
-            let (s, raised, _) =
-                views.sync_during(self.comm, &cfg, hooks, weight, stop, backward)?;
+            let (s, raised) = self.grads.backward_during(
+                self.comm,
+                &cfg,
+                (weight, stop),
+                &mut self.buf,
+                backward,
+            )?;
             let compute_s = computing.elapsed().as_secs_f64() - s.seconds;
             stats.compute_s += compute_s;
             if let Some(start_s) = computing_unix {
@@ -543,12 +526,8 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                 .spans
                 .push(Span::until_now(step, SpanKind::Compute, t));
         }
-        Ok(match &mut self.views {
-            Some(v) => v.sync(self.comm, &cfg, &self.backward_order, weight, stop)?,
-            None => {
-                sync_gradients_with_flag(self.comm, &cfg, &self.vars, weight, stop, &mut self.buf)?
-            }
-        })
+        self.grads
+            .after(self.comm, &cfg, (weight, stop), &mut self.buf)
     }
 
     /// Validation on this rank's shard: (summed loss, correct, images).

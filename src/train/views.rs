@@ -4,8 +4,9 @@
 //! last. From then on autograd accumulates straight into the buckets, the exchange scales
 //! and reduces them in place where they lie, and the optimizer reads the sums there: no
 //! copy in, no copy out. Host memory is advised to huge pages where the kernel allows.
-//! Used where MPI can read the gradients' memory: always on the CPU, and on CUDA with
-//! device staging (a CUDA-aware MPI); otherwise the copying path of [`super::sync`] stays.
+//! Used where MPI can read the gradients' memory: on the CPU (unless host staging is asked
+//! for), and on CUDA with device staging (a CUDA-aware MPI); otherwise the copying path of
+//! [`super::sync`] stays.
 
 use tch::{nn, Device, Kind, Tensor};
 
@@ -13,7 +14,7 @@ use super::exchange::{ExchangeConfig, ExchangeTimes};
 use super::hooks::GradHooks;
 use super::inplace::RawComm;
 use super::overlap;
-use super::staging::Resolved;
+use super::staging::{Resolved, Staging};
 use super::sync::{self, SyncStats};
 use super::TrainError;
 
@@ -27,9 +28,15 @@ pub struct GradViews {
 }
 
 impl GradViews {
-    /// Whether the gradients of `device` may be views: MPI reads the buffer where they lie.
-    pub fn usable(device: Device, staging: &Resolved) -> bool {
-        device == Device::Cpu || matches!(staging, Resolved::Device(_))
+    /// Whether the gradients of `device` are views of the buckets under `staging`: where MPI
+    /// reads the buffer where they lie — on CUDA with device staging, on the CPU unless
+    /// host staging is asked for (which keeps the copying path CUDA takes without a
+    /// CUDA-aware MPI, so that the CPU exercises it too).
+    pub fn usable(device: Device, staging: Staging) -> Result<bool, TrainError> {
+        Ok(match staging.resolve(device)? {
+            Resolved::Device(_) => true,
+            Resolved::Host { .. } => device == Device::Cpu && staging != Staging::Host,
+        })
     }
 
     /// Whether the gradients are bound to the buckets.
@@ -117,67 +124,62 @@ impl GradViews {
     /// [`GradViews::sync`] overlapped with the backward pass that `backward` runs: each
     /// bucket is scaled, flagged and handed to the communication thread as soon as the
     /// hooks report all its gradients accumulated ([`super::overlap`]). The gradients must
-    /// be bound already, on the CPU (the buckets are read as host memory). Returns the
-    /// exchange's figures (its seconds: what the step waited for after backward), whether
-    /// any rank raised `flag`, and backward's own seconds.
-    #[allow(clippy::too_many_arguments)]
+    /// be bound already; on CUDA the scaling runs on the device and the thread waits for it
+    /// before MPI reads the bucket. Returns the exchange's figures (its seconds: what the
+    /// step waited for after backward) and whether any rank raised `flag`. A rank whose
+    /// scaling fails still takes part in every reduction and returns the error after.
     pub fn sync_during<C: RawComm>(
         &mut self,
         comm: &C,
         cfg: &ExchangeConfig,
         hooks: &GradHooks,
-        weight: f32,
-        flag: bool,
+        (weight, flag): (f32, bool),
         backward: impl FnOnce() -> Result<(), TrainError>,
-    ) -> Result<(SyncStats, bool, f64), TrainError> {
+    ) -> Result<(SyncStats, bool), TrainError> {
         let values = self.values();
         let flat = self
             .flat
             .as_ref()
             .expect("sync_during runs on bound gradients");
-        assert_eq!(
-            flat.device(),
-            Device::Cpu,
-            "overlap reads the buckets as host memory"
-        );
-        // SAFETY: a contiguous CPU f32 tensor of Σ `sizes` elements that this struct owns;
-        // autograd writes a bucket's gradients before its hooks hand it over, and nothing
-        // else touches the tensor until this returns.
-        let buf =
-            unsafe { std::slice::from_raw_parts_mut(flat.data_ptr().cast::<f32>(), values + 1) };
         let flag_piece = self.sizes.len() - 1;
-        let mut fill = |pieces: std::ops::Range<usize>, bucket: &mut [f32]| {
-            bucket.iter_mut().for_each(|x| *x *= weight);
-            if pieces.end > flag_piece {
-                if let Some(last) = bucket.last_mut() {
-                    *last = f32::from(u8::from(flag));
+        let mut failed = None;
+        let mut fill = |pieces: std::ops::Range<usize>, elems: std::ops::Range<usize>| {
+            let flagged = pieces.end > flag_piece;
+            let scaled = elems.len() - usize::from(flagged);
+            let done = tch::no_grad(|| -> Result<(), TrainError> {
+                let _ = flat
+                    .f_narrow(0, elems.start as i64, scaled as i64)?
+                    .f_mul_scalar_(f64::from(weight))?;
+                if flagged {
+                    let _ = flat
+                        .f_narrow(0, values as i64, 1)?
+                        .f_fill_(f64::from(u8::from(flag)))?;
                 }
+                Ok(())
+            });
+            if let Err(e) = done {
+                failed.get_or_insert(e);
             }
         };
-        let mut outcome = Ok(());
-        let mut backward_s = 0.0;
-        let mut backward = Some(backward);
-        let mut run = |ready: &mut dyn FnMut(usize)| {
-            let t = std::time::Instant::now();
-            if let Some(b) = backward.take() {
-                outcome = hooks.during(ready, b);
-            }
-            backward_s = t.elapsed().as_secs_f64();
-        };
-        let (times, waited) = overlap::overlapped(comm, cfg, &self.sizes, buf, &mut fill, &mut run);
-        outcome?;
-        let finite = buf[..values].iter().all(|x| x.is_finite());
-        let raised = buf[values] > 0.5;
+        let (times, waited) = hooks.overlap(backward, |run| {
+            // SAFETY: the flat tensor this struct owns: autograd writes a bucket's gradients
+            // before its hooks hand it over, `fill` scales it before the communication
+            // thread takes it, and nothing else touches it until this returns; on CUDA the
+            // staging resolved to device memory, which the MPI takes.
+            let target = unsafe { overlap::Target::tensor(flat) };
+            overlap::overlapped_in(comm, cfg, &self.sizes, target, &mut fill, run)
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+        let finite = sync::finite_sums(flat, values)?;
+        let raised = flat.f_double_value(&[values as i64])? > 0.5;
         // Its seconds: what the step waited for after backward.
         let exposed = ExchangeTimes {
             seconds: waited,
             buckets: times.buckets,
         };
-        Ok((
-            SyncStats::of(comm, values + 1, exposed, finite),
-            raised,
-            backward_s,
-        ))
+        Ok((SyncStats::of(comm, values + 1, exposed, finite), raised))
     }
 }
 
