@@ -83,6 +83,13 @@ def dp_checks(work, checks, steps):
         checks.add(f"{name}: 2 ranks bit-identical", ok, r["device"] if r else steps.get(name, "no report"))
         if r is not None:
             checks.add(f"{name}: trained on the GPU", r["device"].startswith("cuda"), r["device"], True)
+            # Overlap with backward on the path this staging takes (the copying path for host
+            # staging, gradient views for device staging); how many steps had a reduction
+            # start inside backward is timing, reported and not required.
+            steps_over = r.get("overlapped_steps", 0)
+            checks.add(f"{name}: exchange overlapped with backward", steps_over > 0,
+                       f"{steps_over} of {len(r['losses'])} steps overlapped, "
+                       f"{r.get('during_backward', 0)} with a reduction started inside backward")
     return out
 
 

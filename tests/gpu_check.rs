@@ -101,6 +101,10 @@ fn rehearsed_on_the_cpu_every_step_runs_and_the_gpu_checks_say_not_run() {
     );
     for dp in ["dp-host", "dp-auto", "dp-frozen-bn"] {
         assert_eq!(check(&format!("{dp}: 2 ranks bit-identical")), "pass");
+        assert_eq!(
+            check(&format!("{dp}: exchange overlapped with backward")),
+            "pass"
+        );
         assert_eq!(fig["dp_check"][dp]["device"], "cpu");
     }
     assert!(

@@ -182,6 +182,10 @@ fn the_overlapped_exchange_sums_what_the_exchange_after_backward_sums() {
         ] {
             assert_eq!(r["identical"], true, "np={np}: {r}");
             assert_eq!(r["overlapped_steps"], overlapped, "np={np}: {r}");
+            if overlapped == 0 {
+                // After backward, no reduction can start before backward has returned.
+                assert_eq!(r["during_backward"], 0, "np={np}: {r}");
+            }
             assert_eq!(r["bytes_per_step"], views["bytes_per_step"], "np={np}: {r}");
         }
         for r in [&views_after, &copied] {

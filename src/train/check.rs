@@ -39,6 +39,9 @@ pub struct DpReport {
     /// Steps whose exchange ran overlapped with backward (gradient views: from the second,
     /// once the first exchange has bound them; the copying path: from the first).
     pub overlapped_steps: u32,
+    /// Steps in which rank 0 started a reduction before its backward pass had returned:
+    /// the overlap at work (timing, so it varies from run to run).
+    pub during_backward: u32,
     /// The exchange that ran (`auto` resolved).
     pub exchange: ExchangeMethod,
     /// What `auto` measured and chose, when it was asked for (set by the caller that
@@ -57,6 +60,34 @@ pub(super) fn params_hash(vs: &nn::VarStore) -> u64 {
         buf.iter().for_each(|v| v.to_bits().hash(&mut h));
     }
     h.finish()
+}
+
+/// One step's backward pass and gradient exchange, as training runs them: the bytes sent
+/// and whether a reduction started before backward had returned.
+fn backward_and_exchange<C: super::inplace::RawComm>(
+    comm: &C,
+    cfg: &super::exchange::ExchangeConfig,
+    grads: &mut Gradients,
+    loss: &Tensor,
+    weight: f32,
+    buf: &mut super::staging::ExchangeBuffer,
+) -> Result<(u64, bool), TrainError> {
+    let mut backward_end = f64::INFINITY;
+    let mut backward = || -> Result<(), TrainError> {
+        loss.f_backward()?;
+        backward_end = super::exchange::unix_s();
+        Ok(())
+    };
+    let stats = if grads.overlaps() {
+        grads
+            .backward_during(comm, cfg, (weight, false), buf, backward)?
+            .0
+    } else {
+        backward()?;
+        grads.after(comm, cfg, (weight, false), buf)?.0
+    };
+    let early = stats.buckets.iter().any(|&(start, _)| start < backward_end);
+    Ok((stats.bytes, early))
 }
 
 /// Runs `steps` data-parallel SGD steps over `comm` (collective: every rank must call it).
@@ -100,7 +131,8 @@ pub fn dp_check<C: super::inplace::RawComm>(
     // the exchange overlapped with backward where it can be.
     let mut grads = Gradients::new(&vars, device, cfg)?;
     let global = 13usize;
-    let (mut losses, mut identical, mut bytes, mut overlapped_steps) = (Vec::new(), true, 0, 0);
+    let (mut losses, mut identical, mut bytes) = (Vec::new(), true, 0);
+    let (mut overlapped_steps, mut during_backward) = (0, 0);
     for step in 0..i64::from(steps) {
         tch::manual_seed(1000 + step);
         let x = Tensor::randn([global as i64, 3, 8, 8], (Kind::Float, Device::Cpu)).to(device);
@@ -112,16 +144,11 @@ pub fn dp_check<C: super::inplace::RawComm>(
             .forward_t(&x.narrow(0, start, len), !frozen_bn)
             .cross_entropy_for_logits(&y.narrow(0, start, len));
         let weight = mine.len() as f32 / global as f32;
-        let backward = || loss.f_backward().map_err(TrainError::from);
-        bytes = if grads.overlaps() {
-            overlapped_steps += 1;
-            grads.backward_during(comm, cfg, (weight, false), &mut buf, backward)?
-        } else {
-            backward()?;
-            grads.after(comm, cfg, (weight, false), &mut buf)?
-        }
-        .0
-        .bytes;
+        let overlapped = grads.overlaps();
+        let (sent, early) = backward_and_exchange(comm, cfg, &mut grads, &loss, weight, &mut buf)?;
+        bytes = sent;
+        overlapped_steps += u32::from(overlapped);
+        during_backward += u32::from(early);
         opt.step();
         average_buffers(comm, cfg, &buffers, weight, &mut buf)?;
         let local = [loss.f_double_value(&[])? * f64::from(weight)];
@@ -145,6 +172,7 @@ pub fn dp_check<C: super::inplace::RawComm>(
         losses,
         bytes_per_step: bytes,
         overlapped_steps,
+        during_backward,
         exchange: cfg.method,
         choice: None,
     })
