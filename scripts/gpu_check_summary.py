@@ -72,7 +72,7 @@ def doctor(work, checks):
 
 def dp_checks(work, checks, steps):
     out = {}
-    for name in ("dp-host", "dp-auto", "dp-frozen-bn", "dp-device"):
+    for name in ("dp-host", "dp-host-after", "dp-auto", "dp-frozen-bn", "dp-device", "dp-device-after"):
         if steps.get(name, "").startswith("not run"):
             out[name] = None
             continue
@@ -86,10 +86,26 @@ def dp_checks(work, checks, steps):
             # Overlap with backward on the path this staging takes (the copying path for host
             # staging, gradient views for device staging); how many steps had a reduction
             # start inside backward is timing, reported and not required.
+            if name.endswith("-after"):
+                continue
             steps_over = r.get("overlapped_steps", 0)
             checks.add(f"{name}: exchange overlapped with backward", steps_over > 0,
                        f"{steps_over} of {len(r['losses'])} steps overlapped, "
                        f"{r.get('during_backward', 0)} with a reduction started inside backward")
+    # The same sums overlapped or not: ranks agreeing would not show a bucket read before the
+    # device had written it, the training would, against its twin. On the CPU bit for bit;
+    # on CUDA within 1e-5 relative, since cuDNN's backward may itself differ between runs in
+    # the last bits, while a bucket of stale or missing gradients moves SGD by far more.
+    for name in ("dp-host", "dp-device"):
+        a, b = out.get(name), out.get(f"{name}-after")
+        if a is None or b is None:
+            continue
+        pairs = [(a["param_sum"], b["param_sum"])] + list(zip(a["losses"], b["losses"]))
+        worst = max(abs(x - y) / max(abs(x), abs(y), 1e-30) for x, y in pairs)
+        exact = a["device"] == "cpu"
+        same = len(a["losses"]) == len(b["losses"]) and (worst == 0.0 if exact else worst <= 1e-5)
+        checks.add(f"{name}: overlapped trains as after backward", same,
+                   f"largest relative difference {worst:.3g} ({'exact' if exact else '1e-5'} required)")
     return out
 
 

@@ -107,6 +107,11 @@ fn rehearsed_on_the_cpu_every_step_runs_and_the_gpu_checks_say_not_run() {
         );
         assert_eq!(fig["dp_check"][dp]["device"], "cpu");
     }
+    assert_eq!(
+        check("dp-host: overlapped trains as after backward"),
+        "pass"
+    );
+    assert_eq!(fig["dp_check"]["dp-host-after"]["overlapped_steps"], 0);
     assert!(
         fig["dp_check"]["dp-device"].is_null(),
         "not CUDA-aware here"

@@ -158,9 +158,9 @@ fn the_overlapped_exchange_sums_what_the_exchange_after_backward_sums() {
     // views of the buckets (the CPU's default, CUDA with a CUDA-aware MPI) and copied
     // through a host buffer (`--staging host`: CUDA's path without one). Views bind at the
     // first exchange, which follows backward; the copying path overlaps from the first
-    // step. The same buckets in backward order, the same in-place calls: the training is
-    // bit-identical, overlapped or not, copied or not. After backward the copying path
-    // buckets in the model's order, which changes the summation order with 3 ranks only.
+    // step. Every path sums the same buckets (backward order) with the same in-place calls:
+    // the training is bit-identical, overlapped or not, copied or not, with 3 ranks too
+    // (where another summation order would show).
     for np in [2, 3] {
         let common = [
             "--frozen-bn",
@@ -187,16 +187,9 @@ fn the_overlapped_exchange_sums_what_the_exchange_after_backward_sums() {
                 assert_eq!(r["during_backward"], 0, "np={np}: {r}");
             }
             assert_eq!(r["bytes_per_step"], views["bytes_per_step"], "np={np}: {r}");
-        }
-        for r in [&views_after, &copied] {
             assert_eq!(r["param_sum"], views["param_sum"], "np={np}: {r}");
             assert_eq!(r["losses"], views["losses"], "np={np}: {r}");
         }
-        let (a, b) = (
-            views["param_sum"].as_f64().unwrap(),
-            copied_after["param_sum"].as_f64().unwrap(),
-        );
-        assert!((a - b).abs() <= 1e-6 * a.abs(), "np={np}: {a} vs {b}");
     }
 }
 

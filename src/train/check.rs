@@ -75,6 +75,8 @@ fn backward_and_exchange<C: super::inplace::RawComm>(
     let mut backward_end = f64::INFINITY;
     let mut backward = || -> Result<(), TrainError> {
         loss.f_backward()?;
+        // Backward has ended when its kernels have.
+        super::gradients::synchronize(loss.device());
         backward_end = super::exchange::unix_s();
         Ok(())
     };

@@ -192,6 +192,8 @@ impl EmuRun<'_> {
         };
         let mut backward_end = 0.0;
         let mut backward = |ready: &mut dyn FnMut(usize)| {
+            // The flag is known before backward: its piece is ready from the start.
+            ready(flag_piece);
             spend(forward_s);
             for &(seconds, piece) in phases {
                 spend(seconds);

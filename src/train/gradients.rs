@@ -16,10 +16,9 @@ use super::TrainError;
 
 /// The gradients of one trial's trainable variables.
 pub struct Gradients {
-    /// The variables as the model lists them (the copying path's order after backward).
-    vars: Vec<Tensor>,
-    /// The same in backward order (reversed): the buckets' order, so that the first bucket
-    /// is the first one backward completes.
+    /// The trainable variables in backward order (reversed): the buckets' order on every
+    /// path, so that the first bucket is the first one backward completes and every path
+    /// sums the same buckets with the same calls.
     order: Vec<Tensor>,
     /// The gradients as views of the buckets, where MPI reads their memory.
     views: Option<GradViews>,
@@ -37,7 +36,6 @@ impl Gradients {
             .then(|| GradHooks::add(&order))
             .transpose()?;
         Ok(Gradients {
-            vars: vars.iter().map(Tensor::shallow_clone).collect(),
             order,
             views,
             hooks,
@@ -104,7 +102,14 @@ impl Gradients {
     ) -> Result<(SyncStats, bool), TrainError> {
         match &mut self.views {
             Some(v) => v.sync(comm, cfg, &self.order, weight, flag),
-            None => sync::sync_gradients_with_flag(comm, cfg, &self.vars, weight, flag, buf),
+            None => sync::sync_gradients_with_flag(comm, cfg, &self.order, weight, flag, buf),
         }
+    }
+}
+
+/// Waits for the device's queued work, so that wall-clock intervals measure it.
+pub(super) fn synchronize(device: Device) {
+    if let Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
     }
 }

@@ -61,12 +61,14 @@ struct ForThread<'t> {
 unsafe impl Send for ForThread<'_> {}
 
 impl ForThread<'_> {
-    /// Reduces the step's bucket `k`, the elements `elems` of the buffer.
-    fn reduce(&self, elems: Range<usize>, k: usize) {
+    /// Reduces the step's bucket `k`, the elements `elems` of the buffer; returns when the
+    /// reduction started (Unix seconds), after any wait for the device.
+    fn reduce(&self, elems: Range<usize>, k: usize) -> f64 {
         if let Some(i) = self.cuda {
             // MPI reads device memory: the kernels that wrote the bucket must be done.
             tch::Cuda::synchronize(i as i64);
         }
+        let started = unix_s();
         // SAFETY: `elems` lies within the buffer (`Target`'s contract), no other bucket
         // overlaps it, and nothing else uses it until this returns; the communicator is
         // a live one of this process.
@@ -77,6 +79,7 @@ impl ForThread<'_> {
                 Reducer::Nodes(t) => t.allreduce_raw(ptr, elems.len(), k > 0),
             }
         }
+        started
     }
 }
 
@@ -106,6 +109,7 @@ impl<'a> Target<'a> {
     /// Nothing but the step's `fill` may read or write `flat` while the step runs; on CUDA
     /// the MPI must take device memory.
     pub unsafe fn tensor(flat: &'a tch::Tensor) -> Target<'a> {
+        debug_assert!(flat.is_contiguous() && flat.kind() == tch::Kind::Float);
         Target {
             base: flat.data_ptr().cast(),
             len: flat.numel(),
@@ -120,7 +124,8 @@ impl<'a> Target<'a> {
 
 /// A step's backward pass: it calls the given `ready(i)` when piece `i` holds its gradient
 /// (in any order; a bucket goes when all its pieces are ready and every earlier bucket has
-/// gone, so every rank reduces the buckets in the same order).
+/// gone, so every rank reduces the buckets in the same order). A piece known before
+/// backward (the stop flag) is reported first, or its bucket waits for backward to return.
 pub type Backward<'b> = dyn FnMut(&mut dyn FnMut(usize)) + 'b;
 
 /// One step's exchange overlapped with its backward, on host memory. `backward` runs the
@@ -178,43 +183,33 @@ pub fn overlapped_in<C: RawComm>(
         at += b.elems;
     }
     assert!(at <= target.len, "the buckets lie within the target");
-    let mut bucket_of = vec![0; sizes.len()];
-    for (k, b) in plan.iter().enumerate() {
-        bucket_of[b.pieces.clone()].fill(k);
-    }
-    let mut missing: Vec<usize> = plan.iter().map(|b| b.pieces.len()).collect();
-    let mut seen = vec![false; sizes.len()];
-    let mut pending = ranges.into_iter().zip(&plan).enumerate().peekable();
+    let mut readiness = Readiness::new(&plan, sizes.len());
     let (spans, waited) = std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel::<(usize, Range<usize>)>();
         let worker = s.spawn(move || {
             let reducer = reducer;
             let mut spans = Vec::new();
             for (k, elems) in rx {
-                let t = unix_s();
-                reducer.reduce(elems, k);
+                let t = reducer.reduce(elems, k);
                 spans.push((k, t, unix_s()));
             }
             spans
         });
-        let mut send = |upto_all: bool, missing: &[usize]| {
-            while let Some((k, (elems, b))) = pending.next_if(|(k, _)| upto_all || missing[*k] == 0)
-            {
-                fill(b.pieces.clone(), elems.clone());
-                tx.send((k, elems))
-                    .expect("the communication thread runs until the step ends");
+        let mut send = |go: Range<usize>| {
+            for k in go {
+                fill(plan[k].pieces.clone(), ranges[k].clone());
+                // Fails only if the thread has died; joining it below reports that (a panic
+                // here could unwind into the autograd hook's C++ frame).
+                let _ = tx.send((k, ranges[k].clone()));
             }
         };
-        let mut ready = |i: usize| {
-            if i < seen.len() && !std::mem::replace(&mut seen[i], true) {
-                missing[bucket_of[i]] -= 1;
-                send(false, &missing);
-            }
-        };
+        let mut ready = |i: usize| send(readiness.ready(i));
         backward(&mut ready);
-        send(true, &[]);
-        drop(tx);
+        // From here the step waits for the exchange: buckets still to fill (pieces no hook
+        // reported) count as exchange.
         let after = Instant::now();
+        send(readiness.rest());
+        drop(tx);
         let spans = worker
             .join()
             .expect("the communication thread does not panic");
@@ -231,4 +226,101 @@ pub fn overlapped_in<C: RawComm>(
         },
         waited,
     )
+}
+
+/// Which buckets may go: a bucket goes once all its pieces are ready and every earlier
+/// bucket has gone, so every rank hands them over in the same order.
+struct Readiness {
+    /// Each piece's bucket.
+    bucket_of: Vec<usize>,
+    /// Each bucket's pieces not yet ready.
+    missing: Vec<usize>,
+    /// Pieces reported (a second report of one is ignored).
+    seen: Vec<bool>,
+    /// The first bucket not yet handed over.
+    next: usize,
+}
+
+impl Readiness {
+    /// Nothing ready yet, for `plan`'s buckets of `pieces` pieces.
+    fn new(plan: &[super::exchange::Bucket], pieces: usize) -> Readiness {
+        let mut bucket_of = vec![0; pieces];
+        for (k, b) in plan.iter().enumerate() {
+            bucket_of[b.pieces.clone()].fill(k);
+        }
+        Readiness {
+            bucket_of,
+            missing: plan.iter().map(|b| b.pieces.len()).collect(),
+            seen: vec![false; pieces],
+            next: 0,
+        }
+    }
+
+    /// Piece `i` is ready: the buckets that may go now, in order.
+    fn ready(&mut self, i: usize) -> Range<usize> {
+        if i < self.seen.len() && !std::mem::replace(&mut self.seen[i], true) {
+            self.missing[self.bucket_of[i]] -= 1;
+        }
+        let from = self.next;
+        while self.next < self.missing.len() && self.missing[self.next] == 0 {
+            self.next += 1;
+        }
+        from..self.next
+    }
+
+    /// Backward has returned: every bucket not yet gone, in order.
+    fn rest(&mut self) -> Range<usize> {
+        let from = self.next;
+        self.next = self.missing.len();
+        from..self.next
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::train::exchange::Bucket;
+
+    fn plan() -> Vec<Bucket> {
+        // Pieces 0-1, 2, 3-4 (the flag last).
+        [0..2, 2..3, 3..5]
+            .into_iter()
+            .map(|pieces| Bucket {
+                elems: pieces.len(),
+                pieces,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn buckets_go_in_order_once_complete() {
+        let mut r = Readiness::new(&plan(), 5);
+        assert_eq!(r.ready(2), 0..0, "bucket 1 waits for bucket 0");
+        assert_eq!(r.ready(1), 0..0);
+        assert_eq!(r.ready(1), 0..0, "a second report counts once");
+        assert_eq!(
+            r.ready(0),
+            0..2,
+            "bucket 0 completes: 0 and the waiting 1 go"
+        );
+        assert_eq!(r.ready(3), 2..2);
+        assert_eq!(r.rest(), 2..3, "backward returned: the flag's bucket goes");
+        assert_eq!(r.rest(), 3..3);
+    }
+
+    #[test]
+    fn the_flag_ready_first_lets_the_last_bucket_go_before_backward_returns() {
+        let mut r = Readiness::new(&plan(), 5);
+        assert_eq!(r.ready(4), 0..0);
+        for i in 0..3 {
+            r.ready(i);
+        }
+        assert_eq!(
+            r.ready(3),
+            2..3,
+            "the last bucket goes with its last gradient"
+        );
+        assert_eq!(r.rest(), 3..3, "nothing left for after backward");
+        assert_eq!(r.ready(99), 3..3, "an unknown piece changes nothing");
+    }
 }

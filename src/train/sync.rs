@@ -306,8 +306,14 @@ pub(super) fn sync_copied_during<C: RawComm>(
             failed.get_or_insert(e);
         }
     };
+    let flag_piece = order.len();
     let (times, waited) = hooks.overlap(backward, |run| {
-        overlapped(comm, cfg, &sizes, host, &mut fill, run)
+        // The flag is known before backward: its piece is ready from the start.
+        let mut run = |ready: &mut dyn FnMut(usize)| {
+            ready(flag_piece);
+            run(ready)
+        };
+        overlapped(comm, cfg, &sizes, host, &mut fill, &mut run)
     })?;
     if let Some(e) = failed {
         return Err(e);

@@ -19,7 +19,7 @@ use tch::{nn, Device, Kind, Reduction, Tensor};
 
 use super::amp::Precision;
 use super::exchange::{unix_s, ExchangeConfig};
-use super::gradients::Gradients;
+use super::gradients::{synchronize, Gradients};
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
 use super::staging::ExchangeBuffer;
@@ -274,13 +274,6 @@ fn loaders(
     Ok((train, val))
 }
 
-/// Waits for the device's queued work, so that wall-clock intervals measure it.
-fn synchronize(device: Device) {
-    if let Device::Cuda(i) = device {
-        tch::Cuda::synchronize(i as i64);
-    }
-}
-
 impl<'c, C: Communicator> TrialTrainer<'c, C> {
     /// Builds the model on `device` from `spec` (collective over `comm`: the leader's
     /// initial parameters are broadcast) and the loaders of this rank's shards.
@@ -500,7 +493,13 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let weight = (f64::from(weight) / scale) as f32;
         let cfg = self.cfg.exchange;
         if self.grads.overlaps() {
-            let backward = || scaled.f_backward().map_err(TrainError::from);
+            let device = self.device;
+            // Backward's kernels count as compute, as without overlap.
+            let backward = || -> Result<(), TrainError> {
+                scaled.f_backward()?;
+                synchronize(device);
+                Ok(())
+            };
             let (s, raised) = self.grads.backward_during(
                 self.comm,
                 &cfg,

@@ -167,7 +167,12 @@ impl GradViews {
             // thread takes it, and nothing else touches it until this returns; on CUDA the
             // staging resolved to device memory, which the MPI takes.
             let target = unsafe { overlap::Target::tensor(flat) };
-            overlap::overlapped_in(comm, cfg, &self.sizes, target, &mut fill, run)
+            // The flag is known before backward: its piece is ready from the start.
+            let mut run = |ready: &mut dyn FnMut(usize)| {
+                ready(flag_piece);
+                run(ready)
+            };
+            overlap::overlapped_in(comm, cfg, &self.sizes, target, &mut fill, &mut run)
         })?;
         if let Some(e) = failed {
             return Err(e);
