@@ -62,8 +62,9 @@ pub(super) fn params_hash(vs: &nn::VarStore) -> u64 {
     h.finish()
 }
 
-/// One step's backward pass and gradient exchange, as training runs them: the bytes sent
-/// and whether a reduction started before backward had returned.
+/// One step's backward pass and gradient exchange, as training runs them: the bytes sent,
+/// whether the exchange overlapped with backward, and whether a reduction started before
+/// backward had returned.
 fn backward_and_exchange<C: super::inplace::RawComm>(
     comm: &C,
     cfg: &super::exchange::ExchangeConfig,
@@ -71,7 +72,7 @@ fn backward_and_exchange<C: super::inplace::RawComm>(
     loss: &Tensor,
     weight: f32,
     buf: &mut super::staging::ExchangeBuffer,
-) -> Result<(u64, bool), TrainError> {
+) -> Result<(u64, bool, bool), TrainError> {
     let mut backward_end = f64::INFINITY;
     let mut backward = || -> Result<(), TrainError> {
         loss.f_backward()?;
@@ -80,7 +81,8 @@ fn backward_and_exchange<C: super::inplace::RawComm>(
         backward_end = super::exchange::unix_s();
         Ok(())
     };
-    let stats = if grads.overlaps() {
+    let overlapped = grads.overlaps();
+    let stats = if overlapped {
         grads
             .backward_during(comm, cfg, (weight, false), buf, backward)?
             .0
@@ -89,7 +91,7 @@ fn backward_and_exchange<C: super::inplace::RawComm>(
         grads.after(comm, cfg, (weight, false), buf)?.0
     };
     let early = stats.buckets.iter().any(|&(start, _)| start < backward_end);
-    Ok((stats.bytes, early))
+    Ok((stats.bytes, overlapped, early))
 }
 
 /// Runs `steps` data-parallel SGD steps over `comm` (collective: every rank must call it).
@@ -146,8 +148,8 @@ pub fn dp_check<C: super::inplace::RawComm>(
             .forward_t(&x.narrow(0, start, len), !frozen_bn)
             .cross_entropy_for_logits(&y.narrow(0, start, len));
         let weight = mine.len() as f32 / global as f32;
-        let overlapped = grads.overlaps();
-        let (sent, early) = backward_and_exchange(comm, cfg, &mut grads, &loss, weight, &mut buf)?;
+        let (sent, overlapped, early) =
+            backward_and_exchange(comm, cfg, &mut grads, &loss, weight, &mut buf)?;
         bytes = sent;
         overlapped_steps += u32::from(overlapped);
         during_backward += u32::from(early);

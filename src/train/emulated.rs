@@ -192,8 +192,6 @@ impl EmuRun<'_> {
         };
         let mut backward_end = 0.0;
         let mut backward = |ready: &mut dyn FnMut(usize)| {
-            // The flag is known before backward: its piece is ready from the start.
-            ready(flag_piece);
             spend(forward_s);
             for &(seconds, piece) in phases {
                 spend(seconds);
@@ -206,7 +204,8 @@ impl EmuRun<'_> {
         let (times, waited) = overlap::overlapped(
             self.comm,
             &self.cfg,
-            &self.pieces,
+            // The stop flag is known before backward.
+            (&self.pieces, Some(flag_piece)),
             &mut self.buf,
             &mut fill,
             &mut backward,

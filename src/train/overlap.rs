@@ -124,21 +124,22 @@ impl<'a> Target<'a> {
 
 /// A step's backward pass: it calls the given `ready(i)` when piece `i` holds its gradient
 /// (in any order; a bucket goes when all its pieces are ready and every earlier bucket has
-/// gone, so every rank reduces the buckets in the same order). A piece known before
-/// backward (the stop flag) is reported first, or its bucket waits for backward to return.
+/// gone, so every rank reduces the buckets in the same order).
 pub type Backward<'b> = dyn FnMut(&mut dyn FnMut(usize)) + 'b;
 
 /// One step's exchange overlapped with its backward, on host memory. `backward` runs the
 /// step's backward pass and calls `ready(i)` as piece `i` (of `sizes`, in exchange order)
 /// gets its gradient; each bucket that becomes complete, in order, is filled by `fill`
 /// (for gradient views: scaled by the rank's weight, the stop flag set) and handed to the
-/// communication thread. Buckets still pending when `backward` returns are handed over
+/// communication thread. `known`, if any, is a piece whose value is known before backward
+/// (the stop flag): it counts as ready from the start, or its bucket would wait for
+/// backward to return. Buckets still pending when `backward` returns are handed over
 /// then. Returns each bucket's (start, end) and the seconds the step waited for the
 /// exchange after backward.
 pub fn overlapped<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
-    sizes: &[usize],
+    (sizes, known): (&[usize], Option<usize>),
     buf: &mut [f32],
     fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
     backward: &mut Backward<'_>,
@@ -151,7 +152,7 @@ pub fn overlapped<C: RawComm>(
         let bucket = unsafe { std::slice::from_raw_parts_mut(base.add(elems.start), elems.len()) };
         fill(pieces, bucket)
     };
-    overlapped_in(comm, cfg, sizes, target, &mut fill_slice, backward)
+    overlapped_in(comm, cfg, (sizes, known), target, &mut fill_slice, backward)
 }
 
 /// [`overlapped`] on any [`Target`]: `fill` gets each bucket's pieces and its elements'
@@ -160,7 +161,7 @@ pub fn overlapped<C: RawComm>(
 pub fn overlapped_in<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
-    sizes: &[usize],
+    (sizes, known): (&[usize], Option<usize>),
     target: Target<'_>,
     fill: &mut dyn FnMut(Range<usize>, Range<usize>),
     backward: &mut Backward<'_>,
@@ -204,6 +205,9 @@ pub fn overlapped_in<C: RawComm>(
             }
         };
         let mut ready = |i: usize| send(readiness.ready(i));
+        if let Some(i) = known {
+            ready(i);
+        }
         backward(&mut ready);
         // From here the step waits for the exchange: buckets still to fill (pieces no hook
         // reported) count as exchange.

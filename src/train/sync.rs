@@ -121,15 +121,7 @@ fn weighted_sum<C: RawComm>(
     extra: Option<f32>,
     buf: &mut ExchangeBuffer,
 ) -> Result<(SyncStats, f32), TrainError> {
-    let mut sizes: Vec<usize> = tensors.iter().map(|t| t.numel()).collect();
-    let values: usize = sizes.iter().sum();
-    if extra.is_some() {
-        sizes.push(1);
-    }
-    let total = values + usize::from(extra.is_some());
-    if i32::try_from(total).is_err() {
-        return Err(TrainError::TooLarge(total));
-    }
+    let (sizes, total) = piece_sizes(tensors, extra.is_some())?;
     let device = tensors.first().map_or(Device::Cpu, Tensor::device);
     let parts = Parts {
         tensors,
@@ -142,6 +134,23 @@ fn weighted_sum<C: RawComm>(
         Resolved::Device(d) => parts.in_place(comm, cfg, &buf.device(total, d)?)?,
     };
     Ok((SyncStats::of(comm, total, times, finite), summed))
+}
+
+/// The exchange's pieces for `tensors` (their element counts, then 1 for an extra value
+/// if `extra`) and their total, which MPI's int counts must hold.
+pub(super) fn piece_sizes(
+    tensors: &[Tensor],
+    extra: bool,
+) -> Result<(Vec<usize>, usize), TrainError> {
+    let mut sizes: Vec<usize> = tensors.iter().map(Tensor::numel).collect();
+    if extra {
+        sizes.push(1);
+    }
+    let total = sizes.iter().sum();
+    if i32::try_from(total).is_err() {
+        return Err(TrainError::TooLarge(total));
+    }
+    Ok((sizes, total))
 }
 
 /// What a staged exchange returns: its times, whether every summed value is finite, and the
@@ -289,12 +298,7 @@ pub(super) fn sync_copied_during<C: RawComm>(
     buf: &mut ExchangeBuffer,
     backward: impl FnOnce() -> Result<(), TrainError>,
 ) -> Result<(SyncStats, bool), TrainError> {
-    let mut sizes: Vec<usize> = order.iter().map(Tensor::numel).collect();
-    sizes.push(1);
-    let total: usize = sizes.iter().sum();
-    if i32::try_from(total).is_err() {
-        return Err(TrainError::TooLarge(total));
-    }
+    let (sizes, total) = piece_sizes(order, true)?;
     let cuda = order.first().is_some_and(|t| t.device().is_cuda());
     let host = buf.host(total, cuda)?;
     let flag = f32::from(u8::from(flag));
@@ -306,14 +310,10 @@ pub(super) fn sync_copied_during<C: RawComm>(
             failed.get_or_insert(e);
         }
     };
-    let flag_piece = order.len();
+    // The flag (the last piece) is known before backward.
+    let pieces = (&sizes[..], Some(order.len()));
     let (times, waited) = hooks.overlap(backward, |run| {
-        // The flag is known before backward: its piece is ready from the start.
-        let mut run = |ready: &mut dyn FnMut(usize)| {
-            ready(flag_piece);
-            run(ready)
-        };
-        overlapped(comm, cfg, &sizes, host, &mut fill, &mut run)
+        overlapped(comm, cfg, pieces, host, &mut fill, run)
     })?;
     if let Some(e) = failed {
         return Err(e);

@@ -65,12 +65,7 @@ impl GradViews {
     /// new flat tensor, values kept.
     fn bind(&mut self, vars: &[Tensor]) -> Result<(), TrainError> {
         let grads = super::sync::gradients(vars)?;
-        let mut sizes: Vec<usize> = grads.iter().map(Tensor::numel).collect();
-        sizes.push(1);
-        let total: usize = sizes.iter().sum();
-        if i32::try_from(total).is_err() {
-            return Err(TrainError::TooLarge(total));
-        }
+        let (sizes, total) = sync::piece_sizes(&grads, true)?;
         let device = grads.first().map_or(Device::Cpu, Tensor::device);
         let flat = Tensor::f_zeros([total as i64], (Kind::Float, device))?;
         if device == Device::Cpu {
@@ -167,12 +162,9 @@ impl GradViews {
             // thread takes it, and nothing else touches it until this returns; on CUDA the
             // staging resolved to device memory, which the MPI takes.
             let target = unsafe { overlap::Target::tensor(flat) };
-            // The flag is known before backward: its piece is ready from the start.
-            let mut run = |ready: &mut dyn FnMut(usize)| {
-                ready(flag_piece);
-                run(ready)
-            };
-            overlap::overlapped_in(comm, cfg, &self.sizes, target, &mut fill, &mut run)
+            // The flag is known before backward.
+            let pieces = (&self.sizes[..], Some(flag_piece));
+            overlap::overlapped_in(comm, cfg, pieces, target, &mut fill, run)
         })?;
         if let Some(e) = failed {
             return Err(e);
