@@ -343,4 +343,24 @@ fn buckets_that_wait_at_a_barrier_complete_on_every_rank() {
     }
     // The in-place call's second turn is reported too: the bench's own resolution.
     assert!(rows.iter().any(|r| r["method"] == "control"), "{text}");
+    // Each operation's time is recorded in iteration order, and `paired` is the median over
+    // the iterations of the in-place call's time over the method's in the same iteration.
+    let times = |r: &serde_json::Value| -> Vec<f64> {
+        let t = r["times"].as_array().expect("times");
+        t.iter().map(|x| x.as_f64().unwrap()).collect()
+    };
+    let in_place = rows
+        .iter()
+        .find(|r| r["method"] == "allreduce-in-place")
+        .expect(&text);
+    let reference = times(in_place);
+    assert_eq!(reference.len(), 2, "{in_place}");
+    for r in &rows {
+        let mine = times(r);
+        let ratios: Vec<f64> = reference.iter().zip(&mine).map(|(a, b)| a / b).collect();
+        let median = (ratios[0] + ratios[1]) / 2.0;
+        let paired = r["paired"].as_f64().unwrap();
+        assert!((paired - median).abs() <= 1e-12 * median, "{r}");
+    }
+    assert_eq!(in_place["paired"], 1.0, "{in_place}");
 }

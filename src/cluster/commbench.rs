@@ -8,7 +8,10 @@
 //! resolution, an A/A comparison), reporting per size the time (the median over the
 //! operations of the slowest rank's, beside the mean), algorithm bandwidth (bytes / time)
 //! and bus bandwidth (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as
-//! nccl-tests define it), so interconnects and the training exchange can be compared.
+//! nccl-tests define it), so interconnects and the training exchange can be compared. Each
+//! method is also set against the in-place call operation by operation (`paired`): the
+//! methods take turns within every iteration, so the ratio of neighbouring operations
+//! cancels the machine's drift, which two medians taken apart do not.
 
 use std::time::Instant;
 
@@ -41,6 +44,13 @@ pub struct CommRow {
     pub algbw: f64,
     /// Bus bandwidth, bytes per second.
     pub busbw: f64,
+    /// The median over the iterations of the in-place call's time divided by this
+    /// method's in the same iteration: its speed against the best raw call, measured in
+    /// pairs of neighbouring operations (1 for the in-place call itself).
+    pub paired: f64,
+    /// Every timed operation's slowest-rank seconds, in the order timed: operation `i` of
+    /// each method ran in iteration `i`, so any two methods can be paired.
+    pub times: Vec<f64>,
 }
 
 /// The pieces a bucketed exchange of `elems` elements sees: tensors of a ResNet's sizes
@@ -109,6 +119,9 @@ const METHODS: [&str; 8] = [
     "control",
 ];
 
+/// `allreduce-in-place`'s place in `METHODS`: the reference of the paired ratios.
+const IN_PLACE: usize = 1;
+
 /// Times `iters` operations of each method for each size in `sizes` (bytes, rounded down to
 /// f32 elements) after `warmup` untimed ones; collective over `comm`. The methods take
 /// turns within each size, so a drift of the machine's speed hits them alike.
@@ -165,6 +178,7 @@ pub fn sweep<C: RawComm>(
 /// One size's rows from its operations' slowest-rank times, method-major (`iters` per
 /// method, in `METHODS` order), over `n` ranks.
 fn rows_of(slowest: &[f64], iters: usize, n: usize, bytes: u64) -> Vec<CommRow> {
+    let in_place = &slowest[IN_PLACE * iters..(IN_PLACE + 1) * iters];
     METHODS
         .into_iter()
         .zip(slowest.chunks(iters))
@@ -179,9 +193,22 @@ fn rows_of(slowest: &[f64], iters: usize, n: usize, bytes: u64) -> Vec<CommRow> 
                 mean_seconds: mean,
                 algbw,
                 busbw: algbw * 2.0 * (n as f64 - 1.0) / n as f64,
+                paired: paired(in_place, times),
+                times: times.to_vec(),
             }
         })
         .collect()
+}
+
+/// The median over the iterations of `reference[i] / times[i]`: how fast `times`' method
+/// ran against the reference's in the same iteration.
+fn paired(reference: &[f64], times: &[f64]) -> f64 {
+    let ratios = reference
+        .iter()
+        .zip(times)
+        .map(|(r, t)| r / t.max(1e-12))
+        .collect();
+    crate::train::choose::median(ratios)
 }
 
 /// The median and the mean of `times`, not empty.
@@ -204,22 +231,24 @@ pub fn sizes(min: u64, max: u64) -> Vec<u64> {
 /// The rows as a table in the manner of nccl-tests.
 pub fn table(scope: &str, rows: &[CommRow]) -> String {
     let mut out = format!(
-        "# {scope}: {} ranks\n#{:>13} {:>13} {:>12} {:>12} {:>12}\n",
+        "# {scope}: {} ranks\n#{:>13} {:>13} {:>12} {:>12} {:>12} {:>10}\n",
         rows.first().map_or(0, |r| r.ranks),
         "bytes",
         "method",
         "time us",
         "algbw GB/s",
-        "busbw GB/s"
+        "busbw GB/s",
+        "paired"
     );
     for r in rows {
         out.push_str(&format!(
-            "{:>14} {:>13} {:>12.1} {:>12.3} {:>12.3}\n",
+            "{:>14} {:>13} {:>12.1} {:>12.3} {:>12.3} {:>9.2}x\n",
             r.bytes,
             r.method,
             r.seconds * 1e6,
             r.algbw / 1e9,
-            r.busbw / 1e9
+            r.busbw / 1e9,
+            r.paired
         ));
     }
     out
@@ -271,6 +300,30 @@ mod tests {
             assert!((r.busbw - r.algbw * 1.5).abs() < 1e-9, "{r:?}");
         }
         assert_eq!(rows[7].method, "control");
+    }
+
+    #[test]
+    fn paired_ratios_set_each_operation_against_the_in_place_call_of_its_iteration() {
+        // The machine slows down 10x between iterations; method i always takes (i+1)/2 of
+        // the in-place call's time in the same iteration, so it is 2/(i+1) as fast.
+        let iters = 4;
+        let drift = [1.0, 10.0, 1.0, 10.0];
+        let mut slowest = Vec::new();
+        for i in 0..METHODS.len() {
+            slowest.extend(drift.iter().map(|d| d * (i as f64 + 1.0) / 2.0));
+        }
+        let rows = rows_of(&slowest, iters, 2, 64);
+        for (i, r) in rows.iter().enumerate() {
+            let want = 2.0 / (i as f64 + 1.0);
+            assert!((r.paired - want).abs() < 1e-12, "{r:?}");
+            assert_eq!(r.times.len(), iters);
+        }
+        assert_eq!(rows[IN_PLACE].method, "allreduce-in-place");
+        assert_eq!(rows[IN_PLACE].paired, 1.0);
+        // One disturbed operation moves neither.
+        slowest[2 * iters] *= 50.0;
+        let rows = rows_of(&slowest, iters, 2, 64);
+        assert!((rows[2].paired - 2.0 / 3.0).abs() < 1e-12, "{:?}", rows[2]);
     }
 
     #[test]
