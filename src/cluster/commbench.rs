@@ -10,8 +10,9 @@
 //! and bus bandwidth (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as
 //! nccl-tests define it), so interconnects and the training exchange can be compared. Each
 //! method is also set against the in-place call operation by operation (`paired`): the
-//! methods take turns within every iteration, so the ratio of neighbouring operations
-//! cancels the machine's drift, which two medians taken apart do not.
+//! methods take turns within every iteration (in an order that changes from one iteration
+//! to the next, so that no method always follows the same one), so the ratio of neighbouring operations cancels the machine's drift, which
+//! two medians taken apart do not.
 
 use std::time::Instant;
 
@@ -107,7 +108,7 @@ fn operate<C: RawComm>(
     }
 }
 
-/// What comm-bench times, in the turn order of each round.
+/// What comm-bench times (each iteration in the order [`turns`] gives).
 const METHODS: [&str; 8] = [
     "allreduce",
     "allreduce-in-place",
@@ -118,6 +119,28 @@ const METHODS: [&str; 8] = [
     "reduce+bcast",
     "control",
 ];
+
+/// The methods' turn order in iteration `it`: row `it` of a Williams Latin square over
+/// `METHODS` (rows 0, 1, n−1, 2, n−2, … shifted by the row's index, n even), so that over
+/// every `METHODS.len()` iterations each method takes every place once and follows every
+/// other method exactly once. A method always timed after the same one would carry what
+/// that one leaves behind — in caches, pages or the transport's state — into its own time.
+/// The same on every rank, so all make the same calls.
+fn turns(it: usize) -> impl Iterator<Item = usize> {
+    const N: usize = METHODS.len();
+    const _: () = assert!(
+        N % 2 == 0,
+        "a Williams square of one row per place needs N even"
+    );
+    (0..N).map(move |k| {
+        let first = match k {
+            0 => 0,
+            k if k % 2 == 1 => k.div_ceil(2),
+            k => N - k / 2,
+        };
+        (first + it) % N
+    })
+}
 
 /// `allreduce-in-place`'s place in `METHODS`: the reference of the paired ratios.
 const IN_PLACE: usize = 1;
@@ -160,7 +183,8 @@ pub fn sweep<C: RawComm>(
         // This rank's time of every operation, method-major.
         let mut mine = vec![0f64; METHODS.len() * iters];
         for it in 0..iters {
-            for (i, m) in METHODS.iter().enumerate() {
+            for i in turns(it) {
+                let m = METHODS[i];
                 comm.barrier();
                 let t = Instant::now();
                 operate(comm, m, cfg, (&src, &split), &mut send, &mut recv);
@@ -324,6 +348,36 @@ mod tests {
         slowest[2 * iters] *= 50.0;
         let rows = rows_of(&slowest, iters, 2, 64);
         assert!((rows[2].paired - 2.0 / 3.0).abs() < 1e-12, "{:?}", rows[2]);
+    }
+
+    #[test]
+    fn every_method_takes_every_turn_once_in_as_many_iterations() {
+        let n = METHODS.len();
+        let orders: Vec<Vec<usize>> = (0..=n).map(|it| turns(it).collect()).collect();
+        assert_eq!(orders[0], [0, 1, 7, 2, 6, 3, 5, 4]);
+        for place in 0..n {
+            let mut at: Vec<usize> = orders[..n].iter().map(|o| o[place]).collect();
+            at.sort();
+            assert_eq!(at, (0..n).collect::<Vec<_>>(), "place {place}");
+        }
+        for o in &orders[..n] {
+            let mut sorted = o.clone();
+            sorted.sort();
+            assert_eq!(
+                sorted,
+                (0..n).collect::<Vec<_>>(),
+                "each method once: {o:?}"
+            );
+        }
+        // Every method follows every other exactly once.
+        let mut follows = std::collections::BTreeSet::new();
+        for o in &orders[..n] {
+            for w in o.windows(2) {
+                assert!(follows.insert((w[0], w[1])), "{w:?} twice: {orders:?}");
+            }
+        }
+        assert_eq!(follows.len(), n * (n - 1));
+        assert_eq!(orders[n], orders[0], "the square repeats");
     }
 
     #[test]
