@@ -98,8 +98,9 @@ pub struct CommBenchArgs {
     /// Largest message, bytes.
     #[arg(long, default_value_t = 64 << 20)]
     pub max_bytes: u64,
-    /// Timed operations per size and method (the time reported is their median).
-    #[arg(long, default_value_t = 20)]
+    /// Timed operations per size and method (the time reported is their median); a
+    /// multiple of 8 gives every method every place in the turn order equally often.
+    #[arg(long, default_value_t = 16)]
     pub iters: usize,
     /// Untimed operations per size first.
     #[arg(long, default_value_t = 3)]

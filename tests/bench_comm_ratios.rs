@@ -2,19 +2,11 @@
 //! best raw call both as a ratio of the rounds' medians and paired operation by operation
 //! over every round, from comm-bench records written here with known times.
 
-use std::path::Path;
-use std::process::Command;
+mod common;
 
-const METHODS: [&str; 8] = [
-    "allreduce",
-    "allreduce-in-place",
-    "exchange",
-    "exchange-copy",
-    "exchange-pipelined",
-    "hierarchical",
-    "reduce+bcast",
-    "control",
-];
+/// What comm-bench times, as its records name the methods.
+const METHODS: &str =
+    "allreduce allreduce-in-place exchange exchange-copy exchange-pipelined hierarchical reduce+bcast control";
 
 /// One comm-bench row of 2 ranks whose operations took `times` seconds, as comm-bench
 /// writes it (the bandwidths from the median time); `with_times` false writes a record
@@ -40,7 +32,7 @@ fn row(method: &str, bytes: u64, times: &[f64], with_times: bool) -> String {
 /// call is the faster raw call (1 s against 2) and the exchange takes 1 s.
 fn round(in_place: f64, exchange: f64, with_times: bool) -> String {
     let mut lines = Vec::new();
-    for m in METHODS {
+    for m in METHODS.split(' ') {
         let t = match m {
             "allreduce" => 2.0 * in_place,
             "exchange" => exchange,
@@ -54,19 +46,7 @@ fn round(in_place: f64, exchange: f64, with_times: bool) -> String {
 }
 
 fn ratios(args: &[&str]) -> String {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("python3")
-        .arg(root.join("scripts/bench_comm_ratios.py"))
-        .args(args)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
+    common::python_script("bench_comm_ratios.py", args)
 }
 
 fn line_of<'t>(text: &'t str, bytes: &str) -> &'t str {

@@ -3,6 +3,8 @@
 //! measured size from 64 KiB within the error it states, and its prediction for 8–512
 //! nodes behaves as a model of a ring must.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -11,19 +13,7 @@ fn root() -> &'static Path {
 }
 
 fn model(args: &[&str]) -> String {
-    let out = Command::new("python3")
-        .arg(root().join("scripts/scaling-model"))
-        .args(args)
-        .current_dir(root())
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    text
+    common::python_script("scaling-model", args)
 }
 
 const RECORD: &str = "tests/data/comm-bench-4-nodes-x2-10gbit.jsonl";

@@ -129,7 +129,7 @@ const METHODS: [&str; 8] = [
 fn turns(it: usize) -> impl Iterator<Item = usize> {
     const N: usize = METHODS.len();
     const _: () = assert!(
-        N % 2 == 0,
+        N.is_multiple_of(2),
         "a Williams square of one row per place needs N even"
     );
     (0..N).map(move |k| {

@@ -69,6 +69,25 @@ pub fn read_with_architectures(
     (run, archs, batch_of)
 }
 
+/// Runs `python3 scripts/SCRIPT ARGS…` in the repository root and returns its standard
+/// output; the test fails, with both outputs, if it fails.
+pub fn python_script(script: &str, args: &[&str]) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::process::Command::new("python3")
+        .arg(root.join("scripts").join(script))
+        .args(args)
+        .current_dir(root)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 /// Starts `cmd` (stdout and stderr piped) while no record file is open in this process.
 pub fn spawn(cmd: &mut std::process::Command) -> std::process::Child {
     let _turn = hdf5_turn();
