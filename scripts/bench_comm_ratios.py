@@ -52,8 +52,9 @@ def ratios(methods):
     best = max(RAW, key=lambda k: med[k])
     out = {"best": best, "best_busbw": med[best], "of_medians": {}, "paired": {}}
     for k in SHOWN:
-        out["of_medians"][k] = med[k] / med[best]
-        out["paired"][k] = paired(methods[best], methods[k])
+        if k in methods:  # records from before a method existed lack it
+            out["of_medians"][k] = med[k] / med[best]
+            out["paired"][k] = paired(methods[best], methods[k])
     if "control" in methods:
         out["of_medians"]["control"] = med["control"] / med["allreduce-in-place"]
         out["paired"]["control"] = paired(methods["allreduce-in-place"], methods["control"])

@@ -1,5 +1,5 @@
-//! The `aiperf` binary as users run it: `data-check` on a prepared split and `doctor` under
-//! a real `mpirun` with two ranks.
+//! The `aiperf` binary as users run it: `data-check` on a prepared split, `doctor` under
+//! a real `mpirun` with two ranks, and mistakes on the command line under a launcher.
 
 use std::path::Path;
 use std::process::Command;
@@ -424,4 +424,42 @@ fn regression_data_check_names_the_splits_it_knows() {
         err.contains("'test'") && err.contains("possible values: train, val"),
         "{err}"
     );
+}
+
+/// Issue 23: one message per mistake under a launcher — clap's parse errors, and the range
+/// errors of the MPI tools, are printed by rank 0 alone, with clap's exit status 2.
+#[test]
+fn regression_parse_and_range_errors_are_printed_once_under_mpirun() {
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let cases: [(&[&str], &str, i32); 4] = [
+        (
+            &["run", "--no-such-flag"],
+            "unexpected argument '--no-such-flag'",
+            2,
+        ),
+        (&["run", "--duration", "soon"], "invalid value 'soon'", 2),
+        (&["dp-check", "--steps", "0"], "--steps", 1),
+        (&["comm-bench", "--iters", "0"], "--iters", 1),
+    ];
+    for (args, says, status) in cases {
+        let out = Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .arg("3")
+            .args(args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(status), "{args:?}: {err}");
+        assert_eq!(err.matches(says).count(), 1, "{args:?}: {err}");
+    }
+    // --help is printed once too.
+    let out = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .args(["3", "run", "--help"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    let once = "Print the resolved configuration";
+    assert_eq!(text.matches(once).count(), 1, "{text}");
 }

@@ -10,9 +10,10 @@
 //! and bus bandwidth (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as
 //! nccl-tests define it), so interconnects and the training exchange can be compared. Each
 //! method is also set against the in-place call operation by operation (`paired`): the
-//! methods take turns within every iteration (in an order that changes from one iteration
-//! to the next, so that no method always follows the same one), so the ratio of neighbouring operations cancels the machine's drift, which
-//! two medians taken apart do not.
+//! methods take turns within every iteration, in an order that changes from one iteration
+//! to the next so that no method always follows the same one, and the ratio of
+//! neighbouring operations cancels the machine's drift, which two medians taken apart do
+//! not.
 
 use std::time::Instant;
 
@@ -46,8 +47,9 @@ pub struct CommRow {
     /// Bus bandwidth, bytes per second.
     pub busbw: f64,
     /// The median over the iterations of the in-place call's time divided by this
-    /// method's in the same iteration: its speed against the best raw call, measured in
-    /// pairs of neighbouring operations (1 for the in-place call itself).
+    /// method's in the same iteration: its speed against the in-place call (the best raw
+    /// call wherever that one is the faster), measured in pairs of neighbouring operations
+    /// (1 for the in-place call itself).
     pub paired: f64,
     /// Every timed operation's slowest-rank seconds, in the order timed: operation `i` of
     /// each method ran in iteration `i`, so any two methods can be paired.
