@@ -10,8 +10,9 @@ Two estimates of each ratio, side by side:
   MPI_Allreduce by the same medians);
 - paired: each operation against the best raw call's operation of the same iteration (the
   methods take turns within every iteration), the median over every iteration of every
-  round. A drift of the machine between two methods' turns moves the first, not the
-  second. Records from before comm-bench kept its operations' times have no paired figure.
+  round that timed both. A drift of the machine between iterations or rounds moves the
+  first, not the second. Records from before comm-bench kept its operations' times have
+  no paired figure.
 `control` is the in-place call timed again in its own turn, set against the in-place call:
 what either estimate reads for one call against itself, the bench's resolution.
 """
@@ -26,29 +27,31 @@ RAW = ("allreduce", "allreduce-in-place")
 
 
 def by_size(files, scope="world"):
-    """{bytes: {method: [row per round]}} of the records' rows in `scope`."""
+    """{bytes: {method: {round: row}}} of the records' rows in `scope` (a round is a file)."""
     out = {}
-    for f in files:
+    for i, f in enumerate(files):
         with open(f) as fh:
             for r in map(json.loads, fh):
                 if r["scope"] == scope:
-                    out.setdefault(r["bytes"], {}).setdefault(r["method"], []).append(r)
+                    out.setdefault(r["bytes"], {}).setdefault(r["method"], {})[i] = r
     return out
 
 
 def paired(ref_rows, rows):
-    """The median over every iteration of every round of ref time / this time, or None."""
+    """The median, over every iteration of every round that timed both methods operation by
+    operation, of the reference's time over this one's in the same iteration; None if no
+    round did (records from before comm-bench kept its operations' times)."""
     ratios = []
-    for ref, row in zip(ref_rows, rows):
-        if "times" not in ref or "times" not in row:
-            return None
-        ratios.extend(a / max(b, 1e-12) for a, b in zip(ref["times"], row["times"]))
+    for i in sorted(ref_rows.keys() & rows.keys()):
+        ref, row = ref_rows[i], rows[i]
+        if "times" in ref and "times" in row:
+            ratios.extend(a / max(b, 1e-12) for a, b in zip(ref["times"], row["times"]))
     return statistics.median(ratios) if ratios else None
 
 
 def ratios(methods):
     """One size's figures: the best raw call and each method's two ratios to it."""
-    med = {k: statistics.median(r["busbw"] for r in v) for k, v in methods.items()}
+    med = {k: statistics.median(r["busbw"] for r in v.values()) for k, v in methods.items()}
     best = max(RAW, key=lambda k: med[k])
     out = {"best": best, "best_busbw": med[best], "of_medians": {}, "paired": {}}
     for k in SHOWN:
@@ -76,12 +79,13 @@ def sizes_command(files):
                  for k in SHOWN + ("control",)]
         print(f"{b:>10} {r['best_busbw'] / 1e9:>14.3f} {which:>9} " + " ".join(f"{c:>15}" for c in cells))
     for est in ("of_medians", "paired"):
-        v = [r[est]["exchange"] for r in table.values() if r[est]["exchange"] is not None]
+        v = [r[est]["exchange"] for r in table.values() if r[est].get("exchange") is not None]
         c = [r[est]["control"] for r in table.values() if r[est].get("control") is not None]
         if v:
-            print(f"exchange / best raw, {est.replace('_', ' ')}: {min(v):.2f}-{max(v):.2f}x, "
+            # Three decimals here: the count is of the unrounded ratios.
+            print(f"exchange / best raw, {est.replace('_', ' ')}: {min(v):.3f}-{max(v):.3f}x, "
                   f">= 0.9x at {sum(x >= 0.9 for x in v)} of {len(v)} sizes"
-                  + (f"; control / in place {min(c):.2f}-{max(c):.2f}x" if c else ""))
+                  + (f"; control / in place {min(c):.3f}-{max(c):.3f}x" if c else ""))
 
 
 def summary_command(out):
@@ -98,7 +102,7 @@ def summary_command(out):
             return [r[est][k] for r in table if r[est].get(k) is not None]
 
         def span(v):
-            return f"{statistics.median(v):.2f}x ({min(v):.2f}-{max(v):.2f})" if v else "-"
+            return f"{statistics.median(v):.2f}x ({min(v):.3f}-{max(v):.3f})" if v else "-"
 
         ex = col("paired", "exchange")
         at = f"{sum(x >= 0.9 for x in ex)}/{len(ex)}" if ex else "-"

@@ -1,6 +1,6 @@
 //! `aiperf comm-bench`: the interconnect profile. Sweeps message sizes and times, over a
 //! communicator, the raw `MPI_Allreduce` out of place (`allreduce`) and in place
-//! (`allreduce-in-place`: the best raw call, the exchange's limit), the training's exchange
+//! (`allreduce-in-place`: as a rule the best raw call, the exchange's limit), the training's exchange
 //! code paths — buckets reduced where the gradients lie (`exchange`; `hierarchical`, the
 //! node-aware one), and copied in from the tensors' memory first (`exchange-copy`;
 //! `exchange-pipelined` with non-blocking reductions) — and the reduce + broadcast fallback
@@ -11,9 +11,9 @@
 //! nccl-tests define it), so interconnects and the training exchange can be compared. Each
 //! method is also set against the in-place call operation by operation (`paired`): the
 //! methods take turns within every iteration, in an order that changes from one iteration
-//! to the next so that no method always follows the same one, and the ratio of
-//! neighbouring operations cancels the machine's drift, which two medians taken apart do
-//! not.
+//! to the next so that within an iteration no method always follows the same one, and the
+//! ratio of two operations of the same iteration cancels the machine's drift between
+//! iterations, which two medians taken apart do not.
 
 use std::time::Instant;
 
@@ -27,7 +27,7 @@ use crate::train::inplace::RawComm;
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CommRow {
     /// What was timed: `allreduce` (a raw MPI_Allreduce, out of place), `allreduce-in-place`
-    /// (the raw call in place on the same buffer: the best raw call), `exchange` (the
+    /// (the raw call in place on the same buffer: as a rule the best), `exchange` (the
     /// training's default exchange, in place where the gradients lie), `exchange-copy` and
     /// `exchange-pipelined` (the copying path, blocking and non-blocking), `hierarchical`
     /// (`--exchange hierarchical`), `reduce+bcast` (the fallback) or `control` (the in-place
@@ -48,8 +48,8 @@ pub struct CommRow {
     pub busbw: f64,
     /// The median over the iterations of the in-place call's time divided by this
     /// method's in the same iteration: its speed against the in-place call (the best raw
-    /// call wherever that one is the faster), measured in pairs of neighbouring operations
-    /// (1 for the in-place call itself).
+    /// call wherever that one is the faster), measured in pairs of operations of the same
+    /// iteration (1 for the in-place call itself).
     pub paired: f64,
     /// Every timed operation's slowest-rank seconds, in the order timed: operation `i` of
     /// each method ran in iteration `i`, so any two methods can be paired.
@@ -124,8 +124,8 @@ const METHODS: [&str; 8] = [
 
 /// The methods' turn order in iteration `it`: row `it` of a Williams Latin square over
 /// `METHODS` (rows 0, 1, n−1, 2, n−2, … shifted by the row's index, n even), so that over
-/// every `METHODS.len()` iterations each method takes every place once and follows every
-/// other method exactly once. A method always timed after the same one would carry what
+/// every `METHODS.len()` iterations each method takes every place once and, within the
+/// iterations, follows every other method exactly once. A method always timed after the same one would carry what
 /// that one leaves behind — in caches, pages or the transport's state — into its own time.
 /// The same on every rank, so all make the same calls.
 fn turns(it: usize) -> impl Iterator<Item = usize> {
