@@ -176,14 +176,10 @@ fn study(out: &Path) -> String {
     }
     std::fs::create_dir_all(out.join("comm-bench")).unwrap();
     std::fs::write(out.join("comm-bench/n2.jsonl"), record).unwrap();
-    let out_ = Command::new("python3")
-        .arg(root().join("scripts/weak_scaling_table.py"))
-        .args([out.to_str().unwrap(), "8", "2", "all", "--comm-bench-dir"])
-        .arg(out.join("comm-bench"))
-        .output()
-        .unwrap();
-    assert!(out_.status.success(), "{out_:?}");
-    String::from_utf8(out_.stdout).unwrap()
+    let records = out.join("comm-bench");
+    let args = [out.to_str().unwrap(), "8", "2", "all", "--comm-bench-dir"];
+    let records = records.to_str().unwrap();
+    common::python_script("weak_scaling_table.py", &[&args[..], &[records]].concat())
 }
 
 #[test]

@@ -1,10 +1,10 @@
 //! `aiperf comm-bench`: the interconnect profile. Sweeps message sizes and times, over a
 //! communicator, the raw `MPI_Allreduce` out of place (`allreduce`) and in place
-//! (`allreduce-in-place`: as a rule the best raw call, the exchange's limit), the training's exchange
-//! code paths — buckets reduced where the gradients lie (`exchange`; `hierarchical`, the
-//! node-aware one), and copied in from the tensors' memory first (`exchange-copy`;
-//! `exchange-pipelined` with non-blocking reductions) — and the reduce + broadcast fallback
-//! (`reduce+bcast`) — and the in-place call a second time (`control`: the bench's own
+//! (`allreduce-in-place`: as a rule the best raw call, the exchange's limit), the
+//! training's exchange code paths — buckets reduced where the gradients lie (`exchange`;
+//! `hierarchical`, the node-aware one), and copied in from the tensors' memory first
+//! (`exchange-copy`; `exchange-pipelined` with non-blocking reductions) — and the reduce +
+//! broadcast fallback (`reduce+bcast`) — and the in-place call a second time (`control`: the bench's own
 //! resolution, an A/A comparison), reporting per size the time (the median over the
 //! operations of the slowest rank's, beside the mean), algorithm bandwidth (bytes / time)
 //! and bus bandwidth (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as
@@ -125,8 +125,9 @@ const METHODS: [&str; 8] = [
 /// The methods' turn order in iteration `it`: row `it` of a Williams Latin square over
 /// `METHODS` (rows 0, 1, n−1, 2, n−2, … shifted by the row's index, n even), so that over
 /// every `METHODS.len()` iterations each method takes every place once and, within the
-/// iterations, follows every other method exactly once. A method always timed after the same one would carry what
-/// that one leaves behind — in caches, pages or the transport's state — into its own time.
+/// iterations, follows every other method exactly once. A method always timed after the
+/// same one would carry what that one leaves behind — in caches, pages or the transport's
+/// state — into its own time.
 /// The same on every rank, so all make the same calls.
 fn turns(it: usize) -> impl Iterator<Item = usize> {
     const N: usize = METHODS.len();

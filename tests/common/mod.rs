@@ -1,4 +1,5 @@
-//! Helpers shared by the MPI integration tests.
+//! Helpers shared by the integration tests: MPI runs and their records, and the
+//! project's Python scripts.
 
 #![allow(dead_code)] // each test binary uses its own subset
 
