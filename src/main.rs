@@ -11,6 +11,14 @@ fn done(_: ()) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The status of a rank other than 0 whose failure rank 0 reports: success, since rank 0
+/// fails too and the launcher (`mpirun`, `srun`) passes on its status. A non-zero status
+/// here would make `mpirun` kill the job at once, rank 0 with it, often before rank 0 has
+/// printed why (issue 23's "said once" lost its message that way under load).
+fn deferred() -> ExitCode {
+    ExitCode::SUCCESS
+}
+
 /// A check every rank makes alike (its flags): only rank 0 of a launched job reports it.
 fn alike(r: anyhow::Result<()>) -> anyhow::Result<()> {
     r.map_err(|e| match commands::launcher_rank() {
@@ -23,15 +31,15 @@ fn main() -> ExitCode {
     aiperf::platform::keep_freed_memory();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     // Under a launcher every rank parses the same command line: rank 0 alone prints what
-    // clap has to say (an error, or --help), and every rank exits with clap's status.
+    // clap has to say (an error, or --help) and exits with clap's status; the others leave
+    // the status to it (see `deferred`).
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
-            if commands::launcher_rank().unwrap_or(0) == 0 {
-                let _ = e.print();
-            }
+        Err(e) if commands::launcher_rank().unwrap_or(0) == 0 => {
+            let _ = e.print();
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
+        Err(_) => return deferred(),
     };
     let result = match cli.command {
         Command::Doctor(a) => commands::doctor(a.json).map(done),
@@ -60,7 +68,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(e) if e.downcast_ref::<commands::Silent>().is_some() => ExitCode::FAILURE,
+        Err(e) if e.downcast_ref::<commands::Silent>().is_some() => deferred(),
         Err(e) if e.downcast_ref::<commands::AuditFailed>().is_some() => {
             eprintln!("aiperf: {e:#}");
             ExitCode::from(6)

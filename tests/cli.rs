@@ -428,9 +428,25 @@ fn regression_data_check_names_the_splits_it_knows() {
 
 /// Issue 23: one message per mistake under a launcher — clap's parse errors, and the range
 /// errors of the MPI tools, are printed by rank 0 alone, with clap's exit status 2.
+///
+/// Regression (CI, 2026-12-03): the other ranks exited 2 at once, `mpirun` killed the job,
+/// and rank 0 died before printing. Here rank 0 starts late (a wrapper sleeps first), so a
+/// rank that fails the job before rank 0 has spoken loses the message every time.
 #[test]
 fn regression_parse_and_range_errors_are_printed_once_under_mpirun() {
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let tmp = tempfile::tempdir().unwrap();
+    let late = tmp.path().join("rank0-late");
+    std::fs::write(
+        &late,
+        format!(
+            "#!/bin/sh\n[ \"${{OMPI_COMM_WORLD_RANK:-0}}\" = 0 ] && sleep 2\nexec {} \"$@\"\n",
+            env!("CARGO_BIN_EXE_aiperf")
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&late, std::fs::Permissions::from_mode(0o755)).unwrap();
     let cases: [(&[&str], &str, i32); 4] = [
         (
             &["run", "--no-such-flag"],
@@ -443,7 +459,7 @@ fn regression_parse_and_range_errors_are_printed_once_under_mpirun() {
     ];
     for (args, says, status) in cases {
         let out = Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .env("AIPERF_BIN", &late)
             .arg("3")
             .args(args)
             .output()

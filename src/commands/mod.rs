@@ -17,7 +17,8 @@ pub use mpi_tools::{comm_bench, doctor, dp_check};
 pub use offline::{data_check, ops, search_sim};
 pub use run::run;
 
-/// An error another rank has already printed: the process exits non-zero, silently.
+/// A failure rank 0 reports (it fails too, with the message and the status): this rank
+/// exits silently and leaves the job's status to rank 0.
 #[derive(Debug, thiserror::Error)]
 #[error("failed (another rank reported why)")]
 pub struct Silent;
