@@ -160,14 +160,20 @@ fn the_overlapped_exchange_sums_what_the_exchange_after_backward_sums() {
     // first exchange, which follows backward; the copying path overlaps from the first
     // step. Every path sums the same buckets (backward order) with the same in-place calls:
     // the training is bit-identical, overlapped or not, copied or not, with 3 ranks too
-    // (where another summation order would show).
-    for np in [2, 3] {
+    // (where another summation order would show). Both ways of progressing an overlapped
+    // exchange: a communication thread making blocking calls (`allreduce`), and test calls
+    // between the gradient reports on the thread running backward (`allreduce-pipelined`,
+    // several buckets of non-blocking calls here), each against itself after backward.
+    for (np, method) in [2, 3]
+        .into_iter()
+        .flat_map(|np| [(np, "allreduce"), (np, "allreduce-pipelined")])
+    {
         let common = [
             "--frozen-bn",
             "--bucket-bytes",
             "4096",
             "--exchange",
-            "allreduce",
+            method,
         ];
         let run_with = |extra: &[&str]| run(np, &[&common[..], extra].concat());
         let views = run_with(&[]);
@@ -180,15 +186,21 @@ fn the_overlapped_exchange_sums_what_the_exchange_after_backward_sums() {
             (&copied, 6),
             (&copied_after, 0),
         ] {
-            assert_eq!(r["identical"], true, "np={np}: {r}");
-            assert_eq!(r["overlapped_steps"], overlapped, "np={np}: {r}");
+            let at = format!("np={np} {method}: {r}");
+            assert_eq!(r["identical"], true, "{at}");
+            assert_eq!(r["exchange"], method, "{at}");
+            assert_eq!(r["overlapped_steps"], overlapped, "{at}");
             if overlapped == 0 {
                 // After backward, no reduction can start before backward has returned.
-                assert_eq!(r["during_backward"], 0, "np={np}: {r}");
+                assert_eq!(r["during_backward"], 0, "{at}");
+            } else if method == "allreduce-pipelined" {
+                // Started inside the gradient reports themselves: every overlapped step
+                // has reductions that began before backward returned.
+                assert_eq!(r["during_backward"], overlapped, "{at}");
             }
-            assert_eq!(r["bytes_per_step"], views["bytes_per_step"], "np={np}: {r}");
-            assert_eq!(r["param_sum"], views["param_sum"], "np={np}: {r}");
-            assert_eq!(r["losses"], views["losses"], "np={np}: {r}");
+            assert_eq!(r["bytes_per_step"], views["bytes_per_step"], "{at}");
+            assert_eq!(r["param_sum"], views["param_sum"], "{at}");
+            assert_eq!(r["losses"], views["losses"], "{at}");
         }
     }
 }

@@ -29,8 +29,11 @@ pub enum ExchangeMethod {
     /// (the flat exchange; faster than the non-blocking calls where MPI progresses them only
     /// inside MPI calls, as OpenMPI over shared memory and TCP does; measured in docs/scaling.md).
     Allreduce,
-    /// Buckets reduced by non-blocking `MPI_Iallreduce`, filling bucket k+1 while bucket k
-    /// reduces (for MPIs and interconnects that progress them asynchronously).
+    /// Buckets reduced by non-blocking `MPI_Iallreduce` (for MPIs and interconnects that
+    /// progress them asynchronously): overlapped with backward, each starts on the thread
+    /// running backward as soon as it may go, and every later gradient report tests those
+    /// in flight — MPI's progress by test calls, no communication thread
+    /// ([`super::overlap`]); after backward, bucket k+1 is filled while bucket k reduces.
     AllreducePipelined,
     /// One `MPI_Reduce` onto the group's first rank and one `MPI_Bcast` (the fallback).
     ReduceBcast,
@@ -225,8 +228,8 @@ pub fn exchange_flat<C: RawComm>(
 /// Sums over `comm` the pieces of `sizes` elements already in place, one after another, at
 /// `data` (a flat buffer on the tensors' device, `--exchange-staging device`): each bucket
 /// by a blocking in-place `MPI_Allreduce` (the values are all there before the first starts,
-/// so there is no copy to overlap and `allreduce-pipelined` does the same), or one reduce +
-/// broadcast.
+/// so there is no copy to overlap), by the pipelined exchange's non-blocking calls (the
+/// same calls as overlapped, so the same sums), or one reduce + broadcast.
 ///
 /// # Safety
 /// `data` must be valid for Σ `sizes` f32s that MPI can read and write (host memory, or
@@ -245,10 +248,8 @@ pub unsafe fn exchange_resident<C: RawComm>(
             inplace::reduce_bcast_raw(comm, data, sizes.iter().sum());
             vec![(t, unix_s())]
         }
-        ExchangeMethod::Allreduce
-        | ExchangeMethod::Auto
-        | ExchangeMethod::AllreducePipelined
-        | ExchangeMethod::Hierarchical => {
+        ExchangeMethod::AllreducePipelined => pipelined_resident(comm, &buckets(sizes, cfg), data),
+        ExchangeMethod::Allreduce | ExchangeMethod::Auto | ExchangeMethod::Hierarchical => {
             let topo =
                 (cfg.method == ExchangeMethod::Hierarchical).then(|| hierarchy::topology_of(comm));
             let mut offset = 0;
@@ -274,6 +275,36 @@ pub unsafe fn exchange_resident<C: RawComm>(
         seconds: started.elapsed().as_secs_f64(),
         buckets: spans,
     }
+}
+
+/// The pipelined exchange on buckets already in place at `data`: one blocking in-place
+/// `MPI_Allreduce` for a single bucket (as [`pipelined`]), else every bucket's
+/// `MPI_Iallreduce` started in order, then all waited for. Returns each bucket's (start, end).
+///
+/// # Safety
+/// As [`exchange_resident`], for the buckets' Σ elements.
+unsafe fn pipelined_resident<C: RawComm>(
+    comm: &C,
+    plan: &[Bucket],
+    data: *mut f32,
+) -> Vec<(f64, f64)> {
+    if let [only] = plan {
+        let t = unix_s();
+        inplace::allreduce_handle(comm.as_raw(), data, only.elems);
+        return vec![(t, unix_s())];
+    }
+    let mut spans = vec![(0.0, 0.0); plan.len()];
+    let mut inflight = InFlight::new();
+    let mut offset = 0;
+    for (k, b) in plan.iter().enumerate() {
+        spans[k].0 = unix_s();
+        inflight.start_raw(k, comm, data.add(offset), b.elems);
+        offset += b.elems;
+    }
+    for k in inflight.wait_all() {
+        spans[k].1 = unix_s();
+    }
+    spans
 }
 
 /// Fills each bucket and reduces it in place with a blocking `MPI_Allreduce`, in turn.

@@ -80,10 +80,6 @@ fn count_of(len: usize) -> c_int {
     c_int::try_from(len).expect("exchange buffers are checked to fit an MPI count")
 }
 
-fn count(buf: &[f32]) -> c_int {
-    count_of(buf.len())
-}
-
 /// `MPI_Allreduce(MPI_IN_PLACE, buf, …, MPI_SUM)`: `buf` becomes the sum over `comm`.
 pub fn allreduce<C: RawComm>(comm: &C, buf: &mut [f32]) {
     // SAFETY: `buf` is valid for its length for the whole (blocking) call.
@@ -250,19 +246,32 @@ impl<'a> InFlight<'a> {
     pub fn start<C: RawComm>(&mut self, id: usize, comm: &C, buf: &'a mut [f32]) {
         // SAFETY: `buf` stays borrowed (unused elsewhere) for `'a`, which outlives `self`,
         // and `self` completes the request before it is dropped.
-        let req = unsafe {
-            let mut req = ffi::RSMPI_REQUEST_NULL;
-            ffi::MPI_Iallreduce(
-                aiperf_mpi_in_place(),
-                buf.as_mut_ptr().cast(),
-                count(buf),
-                ffi::RSMPI_FLOAT,
-                ffi::RSMPI_SUM,
-                comm.as_raw(),
-                &mut req,
-            );
-            req
-        };
+        unsafe { self.start_raw(id, comm, buf.as_mut_ptr(), buf.len()) }
+    }
+
+    /// Starts reduction `id` of the `len` f32s at `data` over `comm`.
+    ///
+    /// # Safety
+    /// `data` must be valid for `len` f32s that MPI can read and write (host memory, or
+    /// device memory with a CUDA-aware MPI), untouched otherwise until the reduction is
+    /// complete — at the latest when `self` is dropped.
+    pub unsafe fn start_raw<C: RawComm>(
+        &mut self,
+        id: usize,
+        comm: &C,
+        data: *mut f32,
+        len: usize,
+    ) {
+        let mut req = ffi::RSMPI_REQUEST_NULL;
+        ffi::MPI_Iallreduce(
+            aiperf_mpi_in_place(),
+            data.cast(),
+            count_of(len),
+            ffi::RSMPI_FLOAT,
+            ffi::RSMPI_SUM,
+            comm.as_raw(),
+            &mut req,
+        );
         self.reqs.push((id, req));
     }
 

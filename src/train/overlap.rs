@@ -2,8 +2,11 @@
 //! reduction starts as soon as backward has produced all its gradients, on a communication
 //! thread, while backward goes on; the step then waits only for what is still in flight.
 //! OpenMPI over TCP and shared memory progresses a collective only inside MPI calls, so the
-//! thread makes blocking calls (which progress themselves) rather than the step testing
-//! non-blocking ones between layers. Buckets are handed over in the same order on every
+//! thread makes blocking calls (which progress themselves). The pipelined exchange
+//! (`allreduce-pipelined`) takes the other way, for MPIs that progress by themselves: no
+//! thread — each bucket's non-blocking reduction starts on the thread running backward and
+//! later gradient reports test those in flight (docs/scaling.md measures both). Buckets are
+//! handed over in the same order on every
 //! rank and each is summed by the same call as without overlap, so the sums are the same,
 //! bit for bit. MPI must run with at least `MPI_THREAD_SERIALIZED` ([`set_thread_level`]):
 //! while the thread reduces, the step makes no MPI call. Without it, every bucket is
@@ -20,7 +23,7 @@ use mpi::ffi;
 
 use super::exchange::{buckets, unix_s, ExchangeConfig, ExchangeMethod, ExchangeTimes};
 use super::hierarchy::{self, Topology};
-use super::inplace::{self, RawComm};
+use super::inplace::{self, InFlight, RawComm};
 
 static SERIALIZED: AtomicBool = AtomicBool::new(false);
 
@@ -30,13 +33,17 @@ pub fn set_thread_level(serialized: bool) {
 }
 
 /// Whether `cfg`'s exchange overlaps with backward here: asked for, a per-bucket method
-/// (`allreduce`, `hierarchical`), and a thread level that allows it.
+/// (`allreduce`, `hierarchical`, `allreduce-pipelined`), and a thread level that allows it
+/// (the pipelined exchange's calls come from the thread running backward, which on CUDA
+/// may not be the step's).
 pub fn overlaps(cfg: &ExchangeConfig) -> bool {
     cfg.overlap
         && SERIALIZED.load(Ordering::Relaxed)
         && matches!(
             cfg.method,
-            ExchangeMethod::Allreduce | ExchangeMethod::Hierarchical
+            ExchangeMethod::Allreduce
+                | ExchangeMethod::Hierarchical
+                | ExchangeMethod::AllreducePipelined
         )
 }
 
@@ -185,6 +192,25 @@ pub fn overlapped_in<C: RawComm>(
     }
     assert!(at <= target.len, "the buckets lie within the target");
     let mut readiness = Readiness::new(&plan, sizes.len());
+    if cfg.method == ExchangeMethod::AllreducePipelined {
+        let mut fill_k = |k: usize| fill(plan[k].pieces.clone(), ranges[k].clone());
+        let mut tested = Tested {
+            comm,
+            ranges: &ranges,
+            target: &target,
+            fill: &mut fill_k,
+            inflight: InFlight::new(),
+            spans: vec![(0.0, 0.0); plan.len()],
+        };
+        let waited = tested.step(&mut readiness, known, backward);
+        return (
+            ExchangeTimes {
+                seconds: started.elapsed().as_secs_f64(),
+                buckets: std::mem::take(&mut tested.spans),
+            },
+            waited,
+        );
+    }
     let (spans, waited) = std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel::<(usize, Range<usize>)>();
         let worker = s.spawn(move || {
@@ -230,6 +256,79 @@ pub fn overlapped_in<C: RawComm>(
         },
         waited,
     )
+}
+
+/// The pipelined exchange overlapped with backward, progressed by test calls: each bucket
+/// that may go is filled and its in-place `MPI_Iallreduce` started on the thread running
+/// backward, and every gradient report tests those in flight (OpenMPI progresses them only
+/// inside MPI calls); after backward the step waits for the rest. A single bucket is one
+/// blocking call, as after backward, so the sums are those of `--no-overlap`.
+struct Tested<'s, 'm, C: RawComm> {
+    comm: &'s C,
+    ranges: &'s [Range<usize>],
+    target: &'s Target<'m>,
+    /// Fills bucket `k`.
+    fill: &'s mut dyn FnMut(usize),
+    inflight: InFlight<'m>,
+    /// Each bucket's (start, end), Unix seconds; the end as a test call finds it done.
+    spans: Vec<(f64, f64)>,
+}
+
+impl<C: RawComm> Tested<'_, '_, C> {
+    /// Runs `backward`, reducing buckets as they may go; returns the seconds waited after it.
+    fn step(
+        &mut self,
+        readiness: &mut Readiness,
+        known: Option<usize>,
+        backward: &mut Backward<'_>,
+    ) -> f64 {
+        if let Some(i) = known {
+            self.go(readiness.ready(i));
+        }
+        backward(&mut |i| {
+            self.go(readiness.ready(i));
+            self.test();
+        });
+        let after = Instant::now();
+        self.go(readiness.rest());
+        for k in self.inflight.wait_all() {
+            self.spans[k].1 = unix_s();
+        }
+        after.elapsed().as_secs_f64()
+    }
+
+    /// Fills and starts the buckets `go`, in order.
+    fn go(&mut self, go: Range<usize>) {
+        for k in go {
+            (self.fill)(k);
+            if let Some(i) = self.target.cuda {
+                // MPI reads device memory: the kernels that wrote the bucket must be done.
+                tch::Cuda::synchronize(i as i64);
+            }
+            let elems = self.ranges[k].clone();
+            self.spans[k].0 = unix_s();
+            // SAFETY: `elems` lies within the target (checked by `overlapped_in`), no other
+            // bucket overlaps it, and nothing touches it until its reduction is complete:
+            // the blocking call returns, or `inflight` (dropped by the end of the step at
+            // the latest) has waited for it.
+            unsafe {
+                let ptr = self.target.base.add(elems.start);
+                if self.ranges.len() == 1 {
+                    inplace::allreduce_handle(self.comm.as_raw(), ptr, elems.len());
+                    self.spans[k].1 = unix_s();
+                } else {
+                    self.inflight.start_raw(k, self.comm, ptr, elems.len());
+                }
+            }
+        }
+    }
+
+    /// Lets MPI progress the reductions in flight, noting those that completed.
+    fn test(&mut self) {
+        for k in self.inflight.test() {
+            self.spans[k].1 = unix_s();
+        }
+    }
 }
 
 /// Which buckets may go: a bucket goes once all its pieces are ready and every earlier
