@@ -437,16 +437,7 @@ fn regression_parse_and_range_errors_are_printed_once_under_mpirun() {
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let tmp = tempfile::tempdir().unwrap();
     let late = tmp.path().join("rank0-late");
-    std::fs::write(
-        &late,
-        format!(
-            "#!/bin/sh\n[ \"${{OMPI_COMM_WORLD_RANK:-0}}\" = 0 ] && sleep 2\nexec {} \"$@\"\n",
-            env!("CARGO_BIN_EXE_aiperf")
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&late, std::fs::Permissions::from_mode(0o755)).unwrap();
+    wrapper(&late, "[ \"${OMPI_COMM_WORLD_RANK:-0}\" = 0 ] && sleep 2");
     let cases: [(&[&str], &str, i32); 4] = [
         (
             &["run", "--no-such-flag"],
@@ -478,4 +469,57 @@ fn regression_parse_and_range_errors_are_printed_once_under_mpirun() {
     assert!(out.status.success(), "{text}");
     let once = "Print the resolved configuration";
     assert_eq!(text.matches(once).count(), 1, "{text}");
+}
+
+/// An executable shell script at `path` that runs `before`, then execs aiperf with its
+/// arguments (a stand-in for `AIPERF_BIN` that changes one rank's conditions).
+fn wrapper(path: &Path, before: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = env!("CARGO_BIN_EXE_aiperf");
+    std::fs::write(path, format!("#!/bin/sh\n{before}\nexec '{bin}' \"$@\"\n")).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Regression (review, 2026-12-03): every rank reads `--config` from its own disk. Where
+/// only rank 0 could, the others failed silently and rank 0 went on into a collective
+/// alone; now the ranks agree, and rank 0 names the ranks that could not read it. Each rank
+/// runs in its own folder here, the preset file only in rank 0's.
+#[test]
+fn regression_a_preset_file_missing_on_some_ranks_is_named_not_waited_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let preset = aiperf().args(["run", "--print-config"]).output().unwrap();
+    assert!(preset.status.success());
+    for rank in 0..3 {
+        std::fs::create_dir(tmp.path().join(format!("rank{rank}"))).unwrap();
+    }
+    std::fs::write(tmp.path().join("rank0/preset.json"), &preset.stdout).unwrap();
+    let bin = tmp.path().join("in-own-folder");
+    let cd = format!(
+        "cd '{}'/rank\"$OMPI_COMM_WORLD_RANK\"",
+        tmp.path().display()
+    );
+    wrapper(&bin, &cd);
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    // `timeout`: the old behaviour was a hang; a bound far above the seconds it takes.
+    let out = Command::new("timeout")
+        .arg("300")
+        .arg(&launcher)
+        .env("AIPERF_BIN", &bin)
+        .args([
+            "3",
+            "run",
+            "--trainer",
+            "simulated",
+            "--config",
+            "preset.json",
+        ])
+        .args(["--duration", "5", "--results"])
+        .arg(tmp.path().join("results"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.matches("preset.json").count(), 1, "{err}");
+    assert!(err.contains("ranks 1, 2 on "), "{err}");
+    assert!(!tmp.path().join("results/primary.h5").exists(), "{err}");
 }

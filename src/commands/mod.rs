@@ -97,18 +97,12 @@ fn merge_errors(entries: &[String]) -> String {
 static RESULTS: OnceLock<String> = OnceLock::new();
 
 /// Initialises MPI ([`start_mpi`]) and refuses collectives that would crash on aiperf's
-/// in-place buffers ([`crate::train::inplace::check_collectives`]): every rank finds it
-/// alike, rank 0 says it.
+/// in-place buffers ([`crate::train::inplace::check_collectives`]), agreed over every rank:
+/// MCA parameter files are per node, so ranks may find it differently.
 pub fn init_mpi() -> anyhow::Result<Universe> {
     let universe = start_mpi()?;
-    if let Err(e) = crate::train::inplace::check_collectives() {
-        use mpi::traits::Communicator;
-        return Err(if universe.world().rank() == 0 {
-            anyhow::Error::msg(e)
-        } else {
-            Silent.into()
-        });
-    }
+    let checked = crate::train::inplace::check_collectives().map_err(anyhow::Error::msg);
+    agree(&universe.world(), checked)?;
     Ok(universe)
 }
 
@@ -116,8 +110,10 @@ pub fn init_mpi() -> anyhow::Result<Universe> {
 /// prints its message and the rank, then calls `MPI_Abort`, so the job ends at once
 /// instead of leaving the other ranks waiting in a collective.
 pub fn start_mpi() -> anyhow::Result<Universe> {
-    // Serialized: the exchange's communication thread reduces while the step thread makes
-    // no MPI call (overlap with backward); a library that offers less turns overlap off.
+    // Serialized: the exchange overlapped with backward calls MPI from another thread than
+    // the step's — the communication thread (while the step thread makes no MPI call), or,
+    // for the pipelined exchange on CUDA, libtorch's backward thread running the gradient
+    // reports; a library that offers less turns overlap off.
     let Some((universe, level)) = mpi::initialize_with_threading(mpi::Threading::Serialized) else {
         anyhow::bail!("MPI was already initialised");
     };

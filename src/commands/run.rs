@@ -42,7 +42,9 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     }
     let universe = init_mpi()?;
     let world = universe.world();
-    let (config, saved) = once(&world, configure(&world, &flags))?;
+    // Each rank reads the preset file from its own disk: where one cannot, rank 0 must
+    // hear of it (it would otherwise wait in the next collective), so the outcome is agreed.
+    let (config, saved) = agree(&world, configure(&world, &flags))?;
     let place = once(&world, placement(&world, &config, saved.as_ref()))?;
     tch::set_num_threads(i32::try_from(place.threads).unwrap_or(i32::MAX));
     let common = bootstrap::common(&world, &place, saved.as_ref().map(|s| s.t0_s));

@@ -61,7 +61,8 @@ pub struct RunFlags {
     #[arg(long, value_enum)]
     pub exchange: Option<crate::train::exchange::ExchangeMethod>,
     /// Reduce the buckets after backward instead of during it (the exchange overlaps with
-    /// backward by default, with `allreduce` and `hierarchical`; for before/after studies).
+    /// backward by default, with `allreduce`, `hierarchical` and `allreduce-pipelined`; for
+    /// before/after studies).
     #[arg(long)]
     pub no_overlap: bool,
     /// Bytes per exchange bucket (the first bucket 1 MiB, or less if this is less)

@@ -162,7 +162,7 @@ impl EmuRun<'_> {
 
 impl EmuRun<'_> {
     /// One step with the exchange overlapped with backward: forward, then each layer's
-    /// backward in turn, each bucket handed to the communication thread once backward has
+    /// backward in turn, each bucket's reduction started ([`overlap`]) once backward has
     /// produced all its gradients (written into the bucket, as gradient views are); the step
     /// then waits for what is still in flight. `owed` is the epoch's compute so far (a
     /// sleep's overshoot is taken off the next wait). Returns whether any rank raised `stop`.

@@ -2,7 +2,7 @@
 //! buckets of whole tensors (the way PyTorch DDP buckets gradients: a small first bucket,
 //! then about 25 MiB each), each reduced as soon as it is filled — by a blocking
 //! `MPI_Allreduce` (`allreduce`), or by an `MPI_Iallreduce` that runs while the next bucket
-//! is filled (`allreduce-pipelined`). `reduce-bcast` is the
+//! is filled, or while backward goes on (`allreduce-pipelined`). `reduce-bcast` is the
 //! fallback: one reduce onto the group's rank 0 and one broadcast back, bit-identical on
 //! every rank by construction. Both reduce in place ([`super::inplace`]): a bucket is summed
 //! where it was filled, with no send buffer.
@@ -33,7 +33,8 @@ pub enum ExchangeMethod {
     /// progress them asynchronously): overlapped with backward, each starts on the thread
     /// running backward as soon as it may go, and every later gradient report tests those
     /// in flight — MPI's progress by test calls, no communication thread
-    /// ([`super::overlap`]); after backward, bucket k+1 is filled while bucket k reduces.
+    /// ([`super::overlap`]); after backward, bucket k+1 is filled while bucket k reduces
+    /// (every bucket started at once where the gradients are views of the buckets).
     AllreducePipelined,
     /// One `MPI_Reduce` onto the group's first rank and one `MPI_Bcast` (the fallback).
     ReduceBcast,

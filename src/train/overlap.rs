@@ -137,8 +137,9 @@ pub type Backward<'b> = dyn FnMut(&mut dyn FnMut(usize)) + 'b;
 /// One step's exchange overlapped with its backward, on host memory. `backward` runs the
 /// step's backward pass and calls `ready(i)` as piece `i` (of `sizes`, in exchange order)
 /// gets its gradient; each bucket that becomes complete, in order, is filled by `fill`
-/// (for gradient views: scaled by the rank's weight, the stop flag set) and handed to the
-/// communication thread. `known`, if any, is a piece whose value is known before backward
+/// (for gradient views: scaled by the rank's weight, the stop flag set) and its reduction
+/// started: handed to the communication thread, or for the pipelined exchange started
+/// right there ([`Tested`]). `known`, if any, is a piece whose value is known before backward
 /// (the stop flag): it counts as ready from the start, or its bucket would wait for
 /// backward to return. Buckets still pending when `backward` returns are handed over
 /// then. Returns each bucket's (start, end) and the seconds the step waited for the
@@ -163,8 +164,9 @@ pub fn overlapped<C: RawComm>(
 }
 
 /// [`overlapped`] on any [`Target`]: `fill` gets each bucket's pieces and its elements'
-/// range in the target (on CUDA, it writes them with kernels; the communication thread
-/// waits for the device before each reduction).
+/// range in the target (on CUDA, it writes them with kernels; the device is waited for
+/// before each reduction — by the communication thread, or for the pipelined exchange by
+/// the gradient report, which stalls backward's launches as the copying path's copy does).
 pub fn overlapped_in<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,

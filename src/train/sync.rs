@@ -284,7 +284,7 @@ fn host_outcome(host: &[f32], extra: bool) -> (bool, f32) {
 /// [`sync_gradients_with_flag`] overlapped with the backward pass `backward` runs, through
 /// the host buffer (page-locked for CUDA: the path without a CUDA-aware MPI). `order` is
 /// the variables in the hooks' (backward) order; each bucket's gradients are copied in,
-/// scaled and handed to the communication thread as soon as the hooks report them all
+/// scaled and their reduction started ([`super::overlap`]) as soon as the hooks report them all
 /// accumulated — on CUDA the copy waits for the kernels that wrote them, on the thread
 /// running backward — and the sums are copied back after. The seconds reported are what
 /// the step waited for after backward, the copies back included. A rank whose copies fail

@@ -117,10 +117,12 @@ impl GradViews {
     }
 
     /// [`GradViews::sync`] overlapped with the backward pass that `backward` runs: each
-    /// bucket is scaled, flagged and handed to the communication thread as soon as the
-    /// hooks report all its gradients accumulated ([`super::overlap`]). The gradients must
-    /// be bound already; on CUDA the scaling runs on the device and the thread waits for it
-    /// before MPI reads the bucket. Returns the exchange's figures (its seconds: what the
+    /// bucket is scaled, flagged and its reduction started (on the communication thread, or
+    /// by the pipelined exchange's non-blocking call) as soon as the hooks report all its
+    /// gradients accumulated ([`super::overlap`]). The gradients must be bound already; on
+    /// CUDA the scaling runs on the device and the device is waited for before MPI reads
+    /// the bucket (by the communication thread; by the gradient report itself, stalling
+    /// backward's launches, for the pipelined exchange). Returns the exchange's figures (its seconds: what the
     /// step waited for after backward) and whether any rank raised `flag`. A rank whose
     /// scaling fails still takes part in every reduction and returns the error after.
     pub fn sync_during<C: RawComm>(
