@@ -191,12 +191,18 @@ impl EmuRun<'_> {
             *compute_s += t.elapsed().as_secs_f64();
         };
         let mut backward_end = 0.0;
+        // The time the step spends in the gradient reports themselves (filling a bucket,
+        // handing it over or starting and testing reductions) holds back the next layer's
+        // wait: exchange work on the step's path, booked as exposed exchange.
+        let mut in_reports = 0.0;
         let mut backward = |ready: &mut dyn FnMut(usize)| {
             spend(forward_s);
             for &(seconds, piece) in phases {
                 spend(seconds);
                 if let Some(i) = piece {
+                    let t = Instant::now();
                     ready(i);
+                    in_reports += t.elapsed().as_secs_f64();
                 }
             }
             backward_end = unix_s();
@@ -215,7 +221,7 @@ impl EmuRun<'_> {
             let compute = Span::between(step, SpanKind::Compute, start_s, backward_end);
             stats.spans.push(compute);
         }
-        self.account(step, &times, waited, stats)
+        self.account(step, &times, waited + in_reports, stats)
     }
 
     /// Books an exchange's exposed seconds, bytes and spans; whether the flag was raised.
