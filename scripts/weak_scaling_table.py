@@ -8,7 +8,8 @@ the repetitions (median, and min-max as the spread):
   quantised by whole epochs, so it resolves well below 1 %;
 - efficiency (score): OPS per accelerator against the smallest run (whole epochs only);
 - exposed exchange per step: what the step waited for after backward (with overlap, what
-  backward did not hide);
+  backward did not hide), and with emulated accelerators the time spent inside the
+  gradient reports too (the real trainer books that as compute, inside backward);
 - whole exchange per step and the hidden fraction, from the run's step trace
   (RUN.trace.json, `aiperf-score --trace`): each bucket's reduction from its start to its
   end, and the part of it that lay inside the forward+backward span;
