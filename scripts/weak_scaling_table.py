@@ -214,8 +214,9 @@ def points(reps, bw, group, comm_bench_dir, bucket_bytes):
                 # written by scripts/weak-scaling); none when the run's exchange is unknown.
                 # The pipelined exchange's non-blocking call is set against the blocking
                 # one of the same bytes, the best raw call.
-                method = {"allreduce-pipelined": "allreduce"}.get(exchange_of(s["run"]))
-                raw = raw_time(world.get(method or exchange_of(s["run"]), []), buckets[-1])
+                made = exchange_of(s["run"])
+                method = {"allreduce-pipelined": "allreduce"}.get(made, made)
+                raw = raw_time(world.get(method, []), buckets[-1])
                 if bw:
                     # What any all-reduce over N nodes must pay on their links: 2(N-1)/N of
                     # the bytes through each node's link (a flat ring over every rank moves a

@@ -278,9 +278,9 @@ pub unsafe fn exchange_resident<C: RawComm>(
     }
 }
 
-/// The pipelined exchange on buckets already in place at `data`: one blocking in-place
-/// `MPI_Allreduce` for a single bucket (as [`pipelined`]), else every bucket's
-/// `MPI_Iallreduce` started in order, then all waited for. Returns each bucket's (start, end).
+/// The pipelined exchange on buckets already in place at `data`: every bucket's reduction
+/// started in order ([`InFlight::start_raw`]), then all waited for. Returns each bucket's
+/// (start, end).
 ///
 /// # Safety
 /// As [`exchange_resident`], for the buckets' Σ elements.
@@ -289,17 +289,14 @@ unsafe fn pipelined_resident<C: RawComm>(
     plan: &[Bucket],
     data: *mut f32,
 ) -> Vec<(f64, f64)> {
-    if let [only] = plan {
-        let t = unix_s();
-        inplace::allreduce_handle(comm.as_raw(), data, only.elems);
-        return vec![(t, unix_s())];
-    }
     let mut spans = vec![(0.0, 0.0); plan.len()];
     let mut inflight = InFlight::new();
     let mut offset = 0;
     for (k, b) in plan.iter().enumerate() {
         spans[k].0 = unix_s();
-        inflight.start_raw(k, comm, data.add(offset), b.elems);
+        if inflight.start_raw(k, comm, data.add(offset), b.elems, plan.len() == 1) {
+            spans[k].1 = unix_s();
+        }
         offset += b.elems;
     }
     for k in inflight.wait_all() {
@@ -345,20 +342,14 @@ fn each_bucket(
 
 /// Fills each bucket and starts its in-place `MPI_Iallreduce`, testing the earlier ones
 /// between fills (OpenMPI progresses non-blocking collectives inside MPI calls); then waits
-/// for all. A single bucket is a blocking `MPI_Allreduce`, which has the better-tuned
-/// algorithms. Returns each bucket's (start, end).
+/// for all ([`InFlight::start_raw`]: a single bucket is one blocking call). Returns each
+/// bucket's (start, end).
 fn pipelined<C: RawComm>(
     comm: &C,
     buckets: &[Bucket],
     fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
     buf: &mut [f32],
 ) -> Vec<(f64, f64)> {
-    if let [only] = buckets {
-        fill(only.pieces.clone(), buf);
-        let t = unix_s();
-        inplace::allreduce(comm, buf);
-        return vec![(t, unix_s())];
-    }
     let mut spans = vec![(0.0, 0.0); buckets.len()];
     let mut inflight = InFlight::new();
     let mut rest = buf;
@@ -370,7 +361,9 @@ fn pipelined<C: RawComm>(
             spans[k].1 = unix_s();
         }
         spans[i].0 = unix_s();
-        inflight.start(i, comm, slice);
+        if inflight.start(i, comm, slice, buckets.len() == 1) {
+            spans[i].1 = unix_s();
+        }
     }
     for k in inflight.wait_all() {
         spans[k].1 = unix_s();

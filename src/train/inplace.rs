@@ -242,14 +242,26 @@ impl<'a> InFlight<'a> {
         }
     }
 
-    /// Starts reduction `id` of `buf` over `comm`.
-    pub fn start<C: RawComm>(&mut self, id: usize, comm: &C, buf: &'a mut [f32]) {
+    /// Starts reduction `id` of `buf` over `comm` ([`InFlight::start_raw`]); whether it is
+    /// complete already (`alone`).
+    pub fn start<C: RawComm>(
+        &mut self,
+        id: usize,
+        comm: &C,
+        buf: &'a mut [f32],
+        alone: bool,
+    ) -> bool {
         // SAFETY: `buf` stays borrowed (unused elsewhere) for `'a`, which outlives `self`,
         // and `self` completes the request before it is dropped.
-        unsafe { self.start_raw(id, comm, buf.as_mut_ptr(), buf.len()) }
+        unsafe { self.start_raw(id, comm, buf.as_mut_ptr(), buf.len(), alone) }
     }
 
-    /// Starts reduction `id` of the `len` f32s at `data` over `comm`.
+    /// The pipelined exchange's reduction `id` of the `len` f32s at `data` over `comm`: an
+    /// `MPI_Iallreduce` started, or — when the bucket is its exchange's only one (`alone`) —
+    /// one blocking `MPI_Allreduce`, which has the better-tuned algorithms. Every path of
+    /// the pipelined exchange (after backward, copied or resident, and overlapped) makes its
+    /// calls here, so they make the same calls and their sums agree bit for bit. Returns
+    /// whether the reduction is complete already.
     ///
     /// # Safety
     /// `data` must be valid for `len` f32s that MPI can read and write (host memory, or
@@ -261,7 +273,12 @@ impl<'a> InFlight<'a> {
         comm: &C,
         data: *mut f32,
         len: usize,
-    ) {
+        alone: bool,
+    ) -> bool {
+        if alone {
+            allreduce_handle(comm.as_raw(), data, len);
+            return true;
+        }
         let mut req = ffi::RSMPI_REQUEST_NULL;
         ffi::MPI_Iallreduce(
             aiperf_mpi_in_place(),
@@ -273,6 +290,7 @@ impl<'a> InFlight<'a> {
             &mut req,
         );
         self.reqs.push((id, req));
+        false
     }
 
     /// Lets MPI progress the reductions; returns the ids of those that completed.

@@ -263,8 +263,8 @@ pub fn overlapped_in<C: RawComm>(
 /// The pipelined exchange overlapped with backward, progressed by test calls: each bucket
 /// that may go is filled and its in-place `MPI_Iallreduce` started on the thread running
 /// backward, and every gradient report tests those in flight (OpenMPI progresses them only
-/// inside MPI calls); after backward the step waits for the rest. A single bucket is one
-/// blocking call, as after backward, so the sums are those of `--no-overlap`.
+/// inside MPI calls); after backward the step waits for the rest. The calls are those of
+/// `--no-overlap` ([`InFlight::start_raw`]), so the sums are too.
 struct Tested<'s, 'm, C: RawComm> {
     comm: &'s C,
     ranges: &'s [Range<usize>],
@@ -313,14 +313,14 @@ impl<C: RawComm> Tested<'_, '_, C> {
             // bucket overlaps it, and nothing touches it until its reduction is complete:
             // the blocking call returns, or `inflight` (dropped by the end of the step at
             // the latest) has waited for it.
-            unsafe {
+            let alone = self.ranges.len() == 1;
+            let done = unsafe {
                 let ptr = self.target.base.add(elems.start);
-                if self.ranges.len() == 1 {
-                    inplace::allreduce_handle(self.comm.as_raw(), ptr, elems.len());
-                    self.spans[k].1 = unix_s();
-                } else {
-                    self.inflight.start_raw(k, self.comm, ptr, elems.len());
-                }
+                self.inflight
+                    .start_raw(k, self.comm, ptr, elems.len(), alone)
+            };
+            if done {
+                self.spans[k].1 = unix_s();
             }
         }
     }
