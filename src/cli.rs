@@ -28,7 +28,7 @@ pub enum Command {
     /// throughput and the statistics of the normalised tensors.
     DataCheck(DataCheckArgs),
     /// Count the operations of an architecture per layer (DESIGN.md §4): a built-in
-    /// (resnet50, resnet20, resnet18) or an IR JSON file.
+    /// (resnet50, resnet20, resnet18, resnet8) or an IR JSON file.
     Ops(OpsArgs),
     /// Run the architecture search and TPE against a synthetic accuracy model (no training)
     /// and print the trajectory.
@@ -119,7 +119,7 @@ pub struct CommBenchArgs {
 /// `aiperf search-sim`'s flags.
 #[derive(clap::Args, Debug)]
 pub struct SearchSimArgs {
-    /// Start architecture: resnet20, resnet18 or resnet50.
+    /// Start architecture: resnet8, resnet20, resnet18 or resnet50.
     #[arg(long, default_value = "resnet20")]
     pub start: String,
     /// Input size HxWxC.
@@ -145,7 +145,7 @@ pub struct SearchSimArgs {
 /// `aiperf ops`'s flags.
 #[derive(clap::Args, Debug)]
 pub struct OpsArgs {
-    /// resnet50, resnet20, resnet18, or a path to an architecture JSON file.
+    /// resnet50, resnet20, resnet18, resnet8, or a path to an architecture JSON file.
     #[arg(long)]
     pub arch: String,
     /// Input size HxWxC for a built-in architecture (default 224x224x3).

@@ -339,7 +339,8 @@ fn search_sim_prints_a_consistent_trajectory() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("use resnet20, resnet18 or resnet50"));
+    assert!(String::from_utf8_lossy(&bad.stderr)
+        .contains("use resnet8, resnet20, resnet18 or resnet50"));
 }
 
 /// Runs `aiperf ARGS` (a singleton MPI process where the command uses MPI) and expects a

@@ -103,7 +103,10 @@ fn moments(x: &tch::Tensor) -> anyhow::Result<(f64, f64)> {
 pub fn search_sim(a: SearchSimArgs) -> anyhow::Result<()> {
     use crate::search::{sim, BayesConfig, BayesOptimizer, Space, Tpe, TpeConfig};
     let Some(start) = arch::by_name(&a.start, a.input, a.classes) else {
-        bail!("--start {:?}: use resnet20, resnet18 or resnet50", a.start);
+        bail!(
+            "--start {:?}: use resnet8, resnet20, resnet18 or resnet50",
+            a.start
+        );
     };
     OpCount::of(&start)
         .with_context(|| format!("--start {} does not fit --input {}", a.start, a.input))?;
@@ -188,7 +191,7 @@ fn ops_graph(a: &OpsArgs) -> anyhow::Result<Graph> {
     let path = std::path::Path::new(&a.arch);
     if !path.is_file() {
         bail!(
-            "--arch {:?}: neither a built-in architecture (resnet50, resnet20, resnet18) nor a file",
+            "--arch {:?}: neither a built-in architecture (resnet50, resnet20, resnet18, resnet8) nor a file",
             a.arch
         );
     }

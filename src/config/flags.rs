@@ -12,7 +12,8 @@ use super::TrainerKind;
 /// `aiperf run`'s command line.
 #[derive(clap::Args, Clone, Debug, Default, PartialEq)]
 pub struct RunFlags {
-    /// A preset (fashion-mnist, cifar10, imagenet = the official rules) or a preset JSON file.
+    /// A preset (fashion-mnist, cifar10, imagenet = the official rules) or a preset JSON file
+    /// [default: fashion-mnist].
     #[arg(long)]
     pub config: Option<String>,
     /// Print the resolved configuration as a preset JSON file and exit.
@@ -20,8 +21,9 @@ pub struct RunFlags {
     pub print_config: bool,
     /// Continue a stopped or crashed run from its records folder: its configuration, start
     /// time (the down time counts as wall time), history, search tree, TPE observations and
-    /// group rounds; new records are appended. Only --data, --group-size, --threads and the
-    /// interval flags may be given with it; the others are fixed by the records.
+    /// group rounds; new records are appended. Only --data, --group-size, --threads,
+    /// --status-interval, --stall-timeout and --monitor-interval may be given with it; every
+    /// other flag is fixed by the records.
     #[arg(long, value_name = "DIR")]
     pub resume: Option<PathBuf>,
     /// Which trainer the replicas use [default: real].
@@ -98,10 +100,12 @@ pub struct RunFlags {
     /// Start architecture: resnet8, resnet20, resnet18 or resnet50 (overrides the preset).
     #[arg(long)]
     pub start: Option<String>,
-    /// Simulated: input size HxWxC (the real trainer takes it from the data) [default: 32x32x3].
+    /// Simulated and emulated trainers: input size HxWxC (the real trainer takes it from
+    /// the data) [default: 32x32x3].
     #[arg(long)]
     pub input: Option<Shape>,
-    /// Simulated: classes (the real trainer takes them from the data) [default: 10].
+    /// Simulated and emulated trainers: classes (the real trainer takes them from the data)
+    /// [default: 10].
     #[arg(long)]
     pub classes: Option<u32>,
     /// Simulated: sustained operations per second of one accelerator [default: 1e13].
@@ -111,10 +115,10 @@ pub struct RunFlags {
     /// recorded as the sim settings' `ops`) [default: 1e13].
     #[arg(long)]
     pub emulated_ops: Option<f64>,
-    /// Simulated: training images per epoch [default: 50000].
+    /// Simulated and emulated trainers: training images per epoch [default: 50000].
     #[arg(long)]
     pub sim_train_images: Option<u64>,
-    /// Simulated: validation images per epoch [default: 10000].
+    /// Simulated and emulated trainers: validation images per epoch [default: 10000].
     #[arg(long)]
     pub sim_val_images: Option<u64>,
     /// Simulated seconds per wall-clock second [default: 100].
