@@ -213,6 +213,28 @@ pub fn overlapped_in<C: RawComm>(
             waited,
         );
     }
+    let (buckets, waited) = threaded(reducer, &plan, &ranges, (readiness, known), fill, backward);
+    (
+        ExchangeTimes {
+            seconds: started.elapsed().as_secs_f64(),
+            buckets,
+        },
+        waited,
+    )
+}
+
+/// The step's exchange on a communication thread: each bucket that may go is filled and
+/// handed to the thread, which reduces them in order with blocking calls; after backward the
+/// rest are handed over and the thread joined. Returns each bucket's (start, end) and the
+/// seconds waited after backward.
+fn threaded(
+    reducer: ForThread<'_>,
+    plan: &[super::exchange::Bucket],
+    ranges: &[Range<usize>],
+    (mut readiness, known): (Readiness, Option<usize>),
+    fill: &mut dyn FnMut(Range<usize>, Range<usize>),
+    backward: &mut Backward<'_>,
+) -> (Vec<(f64, f64)>, f64) {
     let (spans, waited) = std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel::<(usize, Range<usize>)>();
         let worker = s.spawn(move || {
@@ -251,13 +273,7 @@ pub fn overlapped_in<C: RawComm>(
     for (k, a, b) in spans {
         buckets[k] = (a, b);
     }
-    (
-        ExchangeTimes {
-            seconds: started.elapsed().as_secs_f64(),
-            buckets,
-        },
-        waited,
-    )
+    (buckets, waited)
 }
 
 /// The pipelined exchange overlapped with backward, progressed by test calls: each bucket
