@@ -340,7 +340,7 @@ fn search_sim_prints_a_consistent_trajectory() {
         .unwrap();
     assert_eq!(bad.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&bad.stderr)
-        .contains("use resnet8, resnet20, resnet18 or resnet50"));
+        .contains("use one of resnet8, resnet20, resnet18, resnet50"));
 }
 
 /// Runs `aiperf ARGS` (a singleton MPI process where the command uses MPI) and expects a

@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 
 use crate::arch::{self, Graph, Shape};
 use crate::cli::{DataCheckArgs, OpsArgs, SearchSimArgs};
+use crate::config::STARTS;
 use crate::data::{open_split, Loader, LoaderConfig};
 use crate::ops::OpCount;
 
@@ -103,10 +104,7 @@ fn moments(x: &tch::Tensor) -> anyhow::Result<(f64, f64)> {
 pub fn search_sim(a: SearchSimArgs) -> anyhow::Result<()> {
     use crate::search::{sim, BayesConfig, BayesOptimizer, Space, Tpe, TpeConfig};
     let Some(start) = arch::by_name(&a.start, a.input, a.classes) else {
-        bail!(
-            "--start {:?}: use resnet8, resnet20, resnet18 or resnet50",
-            a.start
-        );
+        bail!("--start {:?}: use one of {}", a.start, STARTS.join(", "));
     };
     OpCount::of(&start)
         .with_context(|| format!("--start {} does not fit --input {}", a.start, a.input))?;
@@ -191,8 +189,9 @@ fn ops_graph(a: &OpsArgs) -> anyhow::Result<Graph> {
     let path = std::path::Path::new(&a.arch);
     if !path.is_file() {
         bail!(
-            "--arch {:?}: neither a built-in architecture (resnet50, resnet20, resnet18, resnet8) nor a file",
-            a.arch
+            "--arch {:?}: neither a built-in architecture ({}) nor a file",
+            a.arch,
+            STARTS.join(", ")
         );
     }
     if a.input.is_some() || a.classes.is_some() {

@@ -435,7 +435,10 @@ fn synthetic_trainer(
 
 fn start_graph(name: &str, input: arch::Shape, classes: u32) -> anyhow::Result<Graph> {
     let start = arch::by_name(name, input, classes).ok_or_else(|| {
-        anyhow::anyhow!("start architecture {name:?}: use resnet8, resnet20, resnet18 or resnet50")
+        anyhow::anyhow!(
+            "start architecture {name:?}: use one of {}",
+            crate::config::STARTS.join(", ")
+        )
     })?;
     OpCount::of(&start).with_context(|| format!("start {name} does not fit the {input} input"))?;
     Ok(start)
