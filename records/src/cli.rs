@@ -1,6 +1,6 @@
 //! The `score` command, shared by `aiperf score` and the reviewer's `aiperf-score`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
@@ -88,6 +88,39 @@ impl Outcome {
     }
 }
 
+/// Writes every score's CSV row under one header to `path` (`--csv`).
+fn write_csv(path: &Path, scores: &[score::Score]) -> anyhow::Result<()> {
+    let mut out = String::new();
+    for (i, s) in scores.iter().enumerate() {
+        let csv = report::csv(s);
+        out.push_str(if i == 0 {
+            &csv
+        } else {
+            csv.split_once('\n').map_or("", |x| x.1)
+        });
+    }
+    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+/// Writes the one run's traced spans to `path` as a Chrome trace (`--trace`).
+fn write_trace(path: &Path, runs: &[crate::Run]) -> anyhow::Result<()> {
+    let [run] = runs else {
+        anyhow::bail!("--trace writes one run's spans: give one run folder with it");
+    };
+    let doc = crate::trace::chrome_trace(run).ok_or_else(|| {
+        anyhow::anyhow!(
+            "--trace {}: {} holds no traced spans (record some with `aiperf run --trace-steps N`)",
+            path.display(),
+            run.dir.display()
+        )
+    })?;
+    std::fs::write(path, serde_json::to_string(&doc)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    eprintln!("trace: {}", path.display());
+    Ok(())
+}
+
 /// Scores every run and prints the reports; errors name the run and the problem. Returns
 /// the worst outcome over the runs (the exit status).
 pub fn run(args: &ScoreArgs) -> anyhow::Result<Outcome> {
@@ -126,31 +159,10 @@ pub fn run(args: &ScoreArgs) -> anyhow::Result<Outcome> {
         }
     }
     if let Some(path) = &args.csv {
-        let mut out = String::new();
-        for (i, s) in scores.iter().enumerate() {
-            let csv = report::csv(s);
-            out.push_str(if i == 0 {
-                &csv
-            } else {
-                csv.split_once('\n').map_or("", |x| x.1)
-            });
-        }
-        std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?;
+        write_csv(path, &scores)?;
     }
     if let Some(path) = &args.trace {
-        let [run] = &runs[..] else {
-            anyhow::bail!("--trace writes one run's spans: give one run folder with it");
-        };
-        let doc = crate::trace::chrome_trace(run).ok_or_else(|| {
-            anyhow::anyhow!(
-                "--trace {}: {} holds no traced spans (record some with `aiperf run --trace-steps N`)",
-                path.display(),
-                run.dir.display()
-            )
-        })?;
-        std::fs::write(path, serde_json::to_string(&doc)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        eprintln!("trace: {}", path.display());
+        write_trace(path, &runs)?;
     }
     if let Some(out) = &args.report {
         for (i, (run, s)) in runs.iter().zip(&scores).enumerate() {

@@ -224,27 +224,8 @@ fn read_info(p: &Source) -> Result<RunInfo, RecordError> {
     })?
     .unwrap_or_default();
     let v2 = p.version() >= 2;
-    let v3 = p.version() >= 3;
-    let group_chains = if v3 {
-        optional(p, attr::GROUP_DIGESTS, || {
-            serde_json::from_str(&p.text(attr::GROUP_DIGESTS)?).map_err(|e| {
-                let problem = format!("not a JSON list of {{group, ranks, chains}} ({e})");
-                bad(attr::GROUP_DIGESTS, problem)
-            })
-        })?
-    } else {
-        None
-    };
-    let primary_chains = if v3 {
-        optional(p, attr::PRIMARY_DIGESTS, || {
-            serde_json::from_str(&p.text(attr::PRIMARY_DIGESTS)?).map_err(|e| {
-                let problem = format!("not a JSON list of {{dataset, rows, digest}} ({e})");
-                bad(attr::PRIMARY_DIGESTS, problem)
-            })
-        })?
-    } else {
-        None
-    };
+    let group_chains = chains(p, attr::GROUP_DIGESTS, "{group, ranks, chains}")?;
+    let primary_chains = chains(p, attr::PRIMARY_DIGESTS, "{dataset, rows, digest}")?;
     let sealed = PRIMARY_ATTRS
         .iter()
         .map(|s| Ok((s.name, p.attr_value(s)?)))
@@ -293,6 +274,24 @@ fn read_info(p: &Source) -> Result<RunInfo, RecordError> {
     };
     check_info(p, &info)?;
     Ok(info)
+}
+
+/// The JSON list of `what` in attribute `name` of a schema-3 file; absent before schema 3.
+fn chains<T: serde::de::DeserializeOwned>(
+    p: &Source,
+    name: &'static str,
+    what: &str,
+) -> Result<Option<T>, RecordError> {
+    if p.version() < 3 {
+        return Ok(None);
+    }
+    optional(p, name, || {
+        serde_json::from_str(&p.text(name)?).map_err(|e| RecordError::BadAttribute {
+            path: p.path().into(),
+            name,
+            problem: format!("not a JSON list of {what} ({e})"),
+        })
+    })
 }
 
 /// The attributes of the file that are not among `known`, sorted.

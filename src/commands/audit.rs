@@ -7,7 +7,7 @@
 //! threads are the run's, within the documented tolerance otherwise — and writes
 //! `audit.h5`, sealed. Exits non-zero when the audit fails.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use aiperf_records::audit::{self, Audit, AuditRow, Retrained};
 use aiperf_records::schema::EpochRow;
@@ -123,23 +123,7 @@ fn plan(args: &AuditArgs) -> anyhow::Result<(Plan, Vec<Vec<EpochRow>>)> {
         );
     }
     let run = aiperf_records::read_run(dir).with_context(|| format!("audit {}", dir.display()))?;
-    let integrity = aiperf_records::integrity::check(&run, None);
-    let Some(hex) = integrity
-        .run_digest
-        .clone()
-        .filter(|_| integrity.records == "intact")
-    else {
-        bail!(
-            "audit {}: the records are {} ({}): only sealed, intact records can be audited",
-            dir.display(),
-            integrity.records,
-            integrity
-                .problems
-                .first()
-                .or(integrity.notes.first())
-                .map_or("no run digest", String::as_str)
-        );
-    };
+    let hex = sealed_digest(&run, dir)?;
     let digest = aiperf_records::digest::parse_hex(&hex).map_err(anyhow::Error::msg)?;
     let config: RecordedConfig = serde_json::from_str(&run.info.config_json)
         .with_context(|| format!("audit {}: the recorded configuration", dir.display()))?;
@@ -196,6 +180,29 @@ fn plan(args: &AuditArgs) -> anyhow::Result<(Plan, Vec<Vec<EpochRow>>)> {
         trials,
     };
     Ok((plan, recorded))
+}
+
+/// The run digest of `run`'s records (read from `dir`), if they are sealed and intact: only
+/// such records can be audited.
+fn sealed_digest(run: &aiperf_records::Run, dir: &Path) -> anyhow::Result<String> {
+    let integrity = aiperf_records::integrity::check(run, None);
+    let Some(hex) = integrity
+        .run_digest
+        .clone()
+        .filter(|_| integrity.records == "intact")
+    else {
+        bail!(
+            "audit {}: the records are {} ({}): only sealed, intact records can be audited",
+            dir.display(),
+            integrity.records,
+            integrity
+                .problems
+                .first()
+                .or(integrity.notes.first())
+                .map_or("no run digest", String::as_str)
+        );
+    };
+    Ok(hex)
 }
 
 /// This rank's libtorch trainer over the run's dataset, checked against its identity.

@@ -461,36 +461,7 @@ fn real_trainer(
         val.verify()?;
     }
     let h = train.header().clone();
-    p.train.augment.check_fits(h.height, h.width).map_err(|e| {
-        anyhow::anyhow!(
-            "train.augment of preset {}: {e} of {}",
-            p.name,
-            dir.display()
-        )
-    })?;
-    p.train
-        .val_augment
-        .check_fits(h.height, h.width)
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "train.val_augment of preset {}: {e} of {}",
-                p.name,
-                dir.display()
-            )
-        })?;
-    let (oh, ow) = p.train.augment.output_hw(h.height, h.width);
-    let val_hw = p.train.val_augment.output_hw(h.height, h.width);
-    if val_hw != (oh, ow) {
-        bail!(
-            "preset {}: train.augment makes {oh}x{ow} inputs but train.val_augment {}x{} from the {}x{} images of {}: validation must see the training's input size",
-            p.name,
-            val_hw.0,
-            val_hw.1,
-            h.height,
-            h.width,
-            dir.display()
-        );
-    }
+    let (oh, ow) = input_size(p, &h, &dir)?;
     let start = start_graph(
         &p.start,
         arch::Shape::new(h.channels, oh, ow),
@@ -533,6 +504,46 @@ fn real_trainer(
         val_pack: val,
     };
     Ok((Box::new(real), start, identity))
+}
+
+/// The inputs' height and width after the preset's augmentation of the images of `dir`
+/// (header `h`): both augmentations must fit the images and give the same size.
+fn input_size(
+    p: &crate::config::Preset,
+    h: &crate::data::Header,
+    dir: &Path,
+) -> anyhow::Result<(u32, u32)> {
+    p.train.augment.check_fits(h.height, h.width).map_err(|e| {
+        anyhow::anyhow!(
+            "train.augment of preset {}: {e} of {}",
+            p.name,
+            dir.display()
+        )
+    })?;
+    p.train
+        .val_augment
+        .check_fits(h.height, h.width)
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "train.val_augment of preset {}: {e} of {}",
+                p.name,
+                dir.display()
+            )
+        })?;
+    let (oh, ow) = p.train.augment.output_hw(h.height, h.width);
+    let val_hw = p.train.val_augment.output_hw(h.height, h.width);
+    if val_hw != (oh, ow) {
+        bail!(
+            "preset {}: train.augment makes {oh}x{ow} inputs but train.val_augment {}x{} from the {}x{} images of {}: validation must see the training's input size",
+            p.name,
+            val_hw.0,
+            val_hw.1,
+            h.height,
+            h.width,
+            dir.display()
+        );
+    }
+    Ok((oh, ow))
 }
 
 /// The images an epoch is asked for by flag must exist in the packs — checked before

@@ -77,24 +77,7 @@ pub const PRESETS: [&str; 3] = ["fashion-mnist", "cifar10", "imagenet"];
 impl Preset {
     /// A built-in preset by name.
     pub fn builtin(name: &str) -> Option<Preset> {
-        let base = TrainConfig {
-            lr_per_256: 0.1,
-            momentum: 0.9,
-            weight_decay: 5e-4,
-            label_smoothing: 0.1,
-            warmup_epochs: 0.0,
-            train_images: None,
-            val_images: None,
-            augment: Augment::None,
-            val_augment: Augment::None,
-            val_batch: 256,
-            loader_workers: 2,
-            prefetch: 2,
-            precision: Precision::Fp32,
-            exchange: ExchangeConfig::default(),
-            trace_steps: 0,
-            augment_on: crate::train::AugmentOn::Auto,
-        };
+        let base = base_train();
         match name {
             // Sized for `make run` on 2 CPU cores (mpirun -np 3: one group of two ranks):
             // 9 minutes of search. Small batches: in a short budget more steps per image
@@ -324,6 +307,28 @@ fn check_train(t: &TrainConfig) -> Result<(), String> {
     t.val_augment
         .check_params()
         .map_err(|e| format!("train.val_augment: {e}"))
+}
+
+/// The training settings the built-in presets share unless they say otherwise.
+fn base_train() -> TrainConfig {
+    TrainConfig {
+        lr_per_256: 0.1,
+        momentum: 0.9,
+        weight_decay: 5e-4,
+        label_smoothing: 0.1,
+        warmup_epochs: 0.0,
+        train_images: None,
+        val_images: None,
+        augment: Augment::None,
+        val_augment: Augment::None,
+        val_batch: 256,
+        loader_workers: 2,
+        prefetch: 2,
+        precision: Precision::Fp32,
+        exchange: ExchangeConfig::default(),
+        trace_steps: 0,
+        augment_on: crate::train::AugmentOn::Auto,
+    }
 }
 
 #[cfg(test)]

@@ -94,6 +94,24 @@ fn backward_and_exchange<C: super::inplace::RawComm>(
     Ok((stats.bytes, overlapped, early))
 }
 
+/// The check's small ResNet, built on the CPU from a fixed seed and moved to `device`: the
+/// same initial values on every rank and device.
+fn check_model(device: Device) -> (nn::VarStore, Net) {
+    tch::manual_seed(0);
+    let g = cifar_resnet(
+        &CifarResnetConfig {
+            blocks: vec![1, 1],
+            width: 4,
+        },
+        Shape::new(3, 8, 8),
+        3,
+    );
+    let mut vs = nn::VarStore::new(Device::Cpu);
+    let net = Net::build(&vs.root(), &g).expect("the built-in model is valid");
+    vs.set_device(device);
+    (vs, net)
+}
+
 /// Runs `steps` data-parallel SGD steps over `comm` (collective: every rank must call it).
 /// With `frozen_bn`, batch norm uses its running statistics instead of each shard's batch
 /// statistics, so the group's update equals the single-process one on the global batch (up
@@ -109,19 +127,7 @@ pub fn dp_check<C: super::inplace::RawComm>(
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
     let (cfg, _topology) = super::choose::prepare(comm, cfg);
     let cfg = &cfg;
-    tch::manual_seed(0);
-    let g = cifar_resnet(
-        &CifarResnetConfig {
-            blocks: vec![1, 1],
-            width: 4,
-        },
-        Shape::new(3, 8, 8),
-        3,
-    );
-    let mut vs = nn::VarStore::new(Device::Cpu);
-    let net = Net::build(&vs.root(), &g).expect("the built-in model is valid");
-    // Built on the CPU from the seed, then moved: the same initial values on every device.
-    vs.set_device(device);
+    let (vs, net) = check_model(device);
     let mut opt = nn::Sgd {
         momentum: 0.9,
         wd: 5e-4,

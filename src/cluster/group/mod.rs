@@ -194,20 +194,7 @@ pub fn leader<C: Communicator>(
     }
     broadcast_value(group_comm, Some(&GroupOrder::End))?;
     log_busy(group, &busy, began, generator.waited_s());
-    // Checked after every epoch (a mismatch ends the run): real parameters, or the emulated
-    // trainer's exchanged sums.
-    let checked = match ctx.trainer.name() {
-        "real" => Some("parameters"),
-        "emulated" => Some("exchanged sums"),
-        _ => None,
-    };
-    if let Some(what) = checked {
-        log::info!(
-            "group {group}: {what} bit-identical on all {} ranks after each of {} epochs",
-            group_comm.size(),
-            busy.epochs
-        );
-    }
+    log_checked(ctx, group, group_comm.size(), busy.epochs);
     drop(generator);
     side.flush_monitor()?;
     drop(monitor);
@@ -216,6 +203,20 @@ pub fn leader<C: Communicator>(
     drop(writer);
     tell(world, &ToPrimary::Bye { group, chain });
     Ok(())
+}
+
+/// Says what was found bit-identical on the group's `ranks` ranks after each of `epochs`
+/// epochs — checked after every epoch, a mismatch ends the run: real parameters, or the
+/// emulated trainer's exchanged sums (the simulated trainer exchanges nothing).
+fn log_checked(ctx: &RunContext, group: u32, ranks: i32, epochs: u32) {
+    let what = match ctx.trainer.name() {
+        "real" => "parameters",
+        "emulated" => "exchanged sums",
+        _ => return,
+    };
+    log::info!(
+        "group {group}: {what} bit-identical on all {ranks} ranks after each of {epochs} epochs"
+    );
 }
 
 /// The leader's background architecture generator (its own rayon pool and seed).

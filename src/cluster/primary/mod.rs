@@ -304,10 +304,7 @@ impl<S: RecordSink> Primary<S> {
                 ops,
                 ..
             } => {
-                self.owned(group, model_id)?;
-                self.totals.epochs += 1;
-                self.totals.ops += u128::from(ops);
-                self.totals.best = self.totals.best.max(val_accuracy);
+                self.progress(group, model_id, val_accuracy, ops)?;
                 Some(stop_or(ToGroup::Continue))
             }
             ToPrimary::Result {
@@ -341,6 +338,21 @@ impl<S: RecordSink> Primary<S> {
                 None
             }
         })
+    }
+
+    /// An epoch of `group`'s model `model_id` ended: counted in the run's totals.
+    fn progress(
+        &mut self,
+        group: u32,
+        model_id: u64,
+        val_accuracy: f64,
+        ops: u64,
+    ) -> Result<(), PrimaryError> {
+        self.owned(group, model_id)?;
+        self.totals.epochs += 1;
+        self.totals.ops += u128::from(ops);
+        self.totals.best = self.totals.best.max(val_accuracy);
+        Ok(())
     }
 
     /// Models this group has not seen yet.
