@@ -2,17 +2,17 @@
 //! reduction starts as soon as backward has produced all its gradients, on a communication
 //! thread, while backward goes on; the step then waits only for what is still in flight.
 //! OpenMPI over TCP and shared memory progresses a collective only inside MPI calls, so the
-//! thread makes blocking calls (which progress themselves). The pipelined exchange
-//! (`allreduce-pipelined`) takes the other way, for MPIs that progress by themselves: no
-//! thread — each bucket's non-blocking reduction starts on the thread running backward and
-//! later gradient reports test those in flight (docs/scaling.md measures both). Buckets are
-//! handed over in the same order on every
-//! rank and each is summed by the same call as without overlap, so the sums are the same,
-//! bit for bit. MPI must run with at least `MPI_THREAD_SERIALIZED` ([`set_thread_level`]):
-//! while the thread reduces, the step makes no MPI call. Without it, every bucket is
-//! reduced after backward, in order, as before. The buckets may lie on CUDA (gradient views
-//! handed to a CUDA-aware MPI): the thread then waits for the device's kernels before each
-//! reduction.
+//! thread makes blocking calls (which progress themselves); the last bucket, ready only as
+//! backward ends, the step's own thread reduces once the thread is done. The pipelined
+//! exchange (`allreduce-pipelined`) takes the other way, for MPIs that progress by
+//! themselves: no thread — each bucket's non-blocking reduction starts on the thread running
+//! backward and later gradient reports test those in flight (docs/scaling.md measures both).
+//! Buckets are handed over in the same order on every rank and each is summed by the same
+//! call as without overlap, so the sums are the same, bit for bit. MPI must run with at
+//! least `MPI_THREAD_SERIALIZED` ([`set_thread_level`]): while the thread reduces, the step
+//! makes no MPI call. Without it, every bucket is reduced after backward, in order, as
+//! before. The buckets may lie on CUDA (gradient views handed to a CUDA-aware MPI): the
+//! thread then waits for the device's kernels before each reduction.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -224,9 +224,12 @@ pub fn overlapped_in<C: RawComm>(
 }
 
 /// The step's exchange on a communication thread: each bucket that may go is filled and
-/// handed to the thread, which reduces them in order with blocking calls; after backward the
-/// rest are handed over and the thread joined. Returns each bucket's (start, end) and the
-/// seconds waited after backward.
+/// handed to the thread, which reduces them in order with blocking calls and ends after the
+/// last but one; the last bucket — ready only as backward ends, or after it — the step's own
+/// thread reduces once the communication thread has ended, so the reduction the step waits
+/// for needs no hand-over and no wake-up of either thread (on a busy machine each costs a
+/// scheduling delay). Every bucket is still reduced by the same call in the same order.
+/// Returns each bucket's (start, end) and the seconds waited after backward.
 fn threaded(
     reducer: ForThread<'_>,
     plan: &[super::exchange::Bucket],
@@ -235,23 +238,33 @@ fn threaded(
     fill: &mut dyn FnMut(Range<usize>, Range<usize>),
     backward: &mut Backward<'_>,
 ) -> (Vec<(f64, f64)>, f64) {
+    let Some(last) = plan.len().checked_sub(1) else {
+        backward(&mut |_| {});
+        return (Vec::new(), 0.0);
+    };
     let (spans, waited) = std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel::<(usize, Range<usize>)>();
         let worker = s.spawn(move || {
-            let reducer = reducer;
             let mut spans = Vec::new();
-            for (k, elems) in rx {
-                let t = reducer.reduce(elems, k);
-                spans.push((k, t, unix_s()));
+            if last > 0 {
+                for (k, elems) in rx {
+                    let t = reducer.reduce(elems, k);
+                    spans.push((k, t, unix_s()));
+                    if k + 1 == last {
+                        break;
+                    }
+                }
             }
-            spans
+            (spans, reducer)
         });
         let mut send = |go: Range<usize>| {
             for k in go {
                 fill(plan[k].pieces.clone(), ranges[k].clone());
-                // Fails only if the thread has died; joining it below reports that (a panic
-                // here could unwind into the autograd hook's C++ frame).
-                let _ = tx.send((k, ranges[k].clone()));
+                if k < last {
+                    // Fails only if the thread has died; joining it below reports that (a
+                    // panic here could unwind into the autograd hook's C++ frame).
+                    let _ = tx.send((k, ranges[k].clone()));
+                }
             }
         };
         let mut ready = |i: usize| send(readiness.ready(i));
@@ -264,9 +277,12 @@ fn threaded(
         let after = Instant::now();
         send(readiness.rest());
         drop(tx);
-        let spans = worker
+        let (mut spans, reducer) = worker
             .join()
             .expect("the communication thread does not panic");
+        // The communication thread has ended: this thread may call MPI.
+        let t = reducer.reduce(ranges[last].clone(), last);
+        spans.push((last, t, unix_s()));
         (spans, after.elapsed().as_secs_f64())
     });
     let mut buckets = vec![(0.0, 0.0); plan.len()];
