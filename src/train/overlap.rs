@@ -2,8 +2,8 @@
 //! reduction starts as soon as backward has produced all its gradients, on a communication
 //! thread, while backward goes on; the step then waits only for what is still in flight.
 //! OpenMPI over TCP and shared memory progresses a collective only inside MPI calls, so the
-//! thread makes blocking calls (which progress themselves); the last bucket, ready only as
-//! backward ends, the step's own thread reduces once the thread is done. The pipelined
+//! thread makes blocking calls (which progress themselves); the last bucket, as a rule ready
+//! only as backward ends, the step's own thread reduces once the thread is done. The pipelined
 //! exchange (`allreduce-pipelined`) takes the other way, for MPIs that progress by
 //! themselves: no thread — each bucket's non-blocking reduction starts on the thread running
 //! backward and later gradient reports test those in flight (docs/scaling.md measures both).
@@ -12,7 +12,7 @@
 //! least `MPI_THREAD_SERIALIZED` ([`set_thread_level`]): while the thread reduces, the step
 //! makes no MPI call. Without it, every bucket is reduced after backward, in order, as
 //! before. The buckets may lie on CUDA (gradient views handed to a CUDA-aware MPI): the
-//! thread then waits for the device's kernels before each reduction.
+//! thread reducing a bucket then waits for the device's kernels first.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -138,11 +138,11 @@ pub type Backward<'b> = dyn FnMut(&mut dyn FnMut(usize)) + 'b;
 /// step's backward pass and calls `ready(i)` as piece `i` (of `sizes`, in exchange order)
 /// gets its gradient; each bucket that becomes complete, in order, is filled by `fill`
 /// (for gradient views: scaled by the rank's weight, the stop flag set) and its reduction
-/// started: handed to the communication thread, or for the pipelined exchange started
-/// right there ([`Tested`]). `known`, if any, is a piece whose value is known before backward
+/// started: handed to the communication thread (the last one is reduced by the step's own
+/// thread once that thread is done), or for the pipelined exchange started right there
+/// ([`Tested`]). `known`, if any, is a piece whose value is known before backward
 /// (the stop flag): it counts as ready from the start, or its bucket would wait for
-/// backward to return. Buckets still pending when `backward` returns are handed over
-/// then. Returns each bucket's (start, end) and the seconds the step waited for the
+/// backward to return. Buckets still pending when `backward` returns go then. Returns each bucket's (start, end) and the seconds the step waited for the
 /// exchange after backward.
 pub fn overlapped<C: RawComm>(
     comm: &C,
@@ -165,7 +165,7 @@ pub fn overlapped<C: RawComm>(
 
 /// [`overlapped`] on any [`Target`]: `fill` gets each bucket's pieces and its elements'
 /// range in the target (on CUDA, it writes them with kernels; the device is waited for
-/// before each reduction — by the communication thread, or for the pipelined exchange by
+/// before each reduction — by the thread that reduces it, or for the pipelined exchange by
 /// the gradient report, which stalls backward's launches as the copying path's copy does).
 pub fn overlapped_in<C: RawComm>(
     comm: &C,
@@ -225,11 +225,13 @@ pub fn overlapped_in<C: RawComm>(
 
 /// The step's exchange on a communication thread: each bucket that may go is filled and
 /// handed to the thread, which reduces them in order with blocking calls and ends after the
-/// last but one; the last bucket — ready only as backward ends, or after it — the step's own
-/// thread reduces once the communication thread has ended, so the reduction the step waits
-/// for needs no hand-over and no wake-up of either thread (on a busy machine each costs a
-/// scheduling delay). Every bucket is still reduced by the same call in the same order.
-/// Returns each bucket's (start, end) and the seconds waited after backward.
+/// last but one. The last bucket — as a rule complete only as backward ends — the step's
+/// own thread reduces once the communication thread has ended: where that thread is done by
+/// then, the reduction the step waits for needs no hand-over and no wake-up of either thread
+/// (on a busy machine each costs a scheduling delay); where it is not, the step waits for it
+/// as before. With one bucket there is no thread. Every bucket is still reduced by the same
+/// call in the same order. Returns each bucket's (start, end) and the seconds waited after
+/// backward.
 fn threaded(
     reducer: ForThread<'_>,
     plan: &[super::exchange::Bucket],
@@ -244,9 +246,10 @@ fn threaded(
     };
     let (spans, waited) = std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel::<(usize, Range<usize>)>();
-        let worker = s.spawn(move || {
-            let mut spans = Vec::new();
-            if last > 0 {
+        // The communication thread, for every bucket but the last (none for one bucket).
+        let (worker, here) = if last > 0 {
+            let worker = s.spawn(move || {
+                let mut spans = Vec::new();
                 for (k, elems) in rx {
                     let t = reducer.reduce(elems, k);
                     spans.push((k, t, unix_s()));
@@ -254,9 +257,12 @@ fn threaded(
                         break;
                     }
                 }
-            }
-            (spans, reducer)
-        });
+                (spans, reducer)
+            });
+            (Some(worker), None)
+        } else {
+            (None, Some(reducer))
+        };
         let mut send = |go: Range<usize>| {
             for k in go {
                 fill(plan[k].pieces.clone(), ranges[k].clone());
@@ -277,10 +283,14 @@ fn threaded(
         let after = Instant::now();
         send(readiness.rest());
         drop(tx);
-        let (mut spans, reducer) = worker
-            .join()
-            .expect("the communication thread does not panic");
-        // The communication thread has ended: this thread may call MPI.
+        let (mut spans, reducer) = match worker {
+            Some(w) => w.join().expect("the communication thread does not panic"),
+            None => (
+                Vec::new(),
+                here.expect("with no thread the reducer stayed here"),
+            ),
+        };
+        // The communication thread, if any, has ended: this thread may call MPI.
         let t = reducer.reduce(ranges[last].clone(), last);
         spans.push((last, t, unix_s()));
         (spans, after.elapsed().as_secs_f64())
