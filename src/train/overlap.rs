@@ -48,6 +48,7 @@ pub fn overlaps(cfg: &ExchangeConfig) -> bool {
 }
 
 /// What the communication thread reduces with: the group's handle, or its topology.
+#[derive(Clone, Copy)]
 enum Reducer<'t> {
     Flat(ffi::MPI_Comm),
     Nodes(&'t Topology),
@@ -55,16 +56,18 @@ enum Reducer<'t> {
 
 /// The reducer and the buckets' memory cross to the communication thread, which alone
 /// makes MPI calls while it runs (the thread level is at least serialized).
+#[derive(Clone, Copy)]
 struct ForThread<'t> {
     reducer: Reducer<'t>,
     base: *mut f32,
     /// The CUDA device whose kernels must have completed before MPI reads a bucket.
     cuda: Option<usize>,
 }
-// SAFETY: the handle and the topology's communicators are used by one thread at a time:
-// the step thread makes no MPI call until the communication thread has finished. The
-// memory at `base` is the step's buckets; each is handed over once, after it was filled,
-// and nothing else touches it until the thread has finished.
+// SAFETY: the handle and the topology's communicators are used by one thread at a time
+// (the communication thread's copy, then the step thread's): the step thread makes no MPI
+// call until the communication thread has finished. The memory at `base` is the step's
+// buckets; each is handed over once, after it was filled, and nothing else touches it
+// until the thread has finished.
 unsafe impl Send for ForThread<'_> {}
 
 impl ForThread<'_> {
@@ -142,8 +145,8 @@ pub type Backward<'b> = dyn FnMut(&mut dyn FnMut(usize)) + 'b;
 /// thread once that thread is done), or for the pipelined exchange started right there
 /// ([`Tested`]). `known`, if any, is a piece whose value is known before backward
 /// (the stop flag): it counts as ready from the start, or its bucket would wait for
-/// backward to return. Buckets still pending when `backward` returns go then. Returns each bucket's (start, end) and the seconds the step waited for the
-/// exchange after backward.
+/// backward to return. Buckets still pending when `backward` returns go then. Returns each
+/// bucket's (start, end) and the seconds the step waited for the exchange after backward.
 pub fn overlapped<C: RawComm>(
     comm: &C,
     cfg: &ExchangeConfig,
@@ -246,9 +249,10 @@ fn threaded(
     };
     let (spans, waited) = std::thread::scope(|s| {
         let (tx, rx) = mpsc::channel::<(usize, Range<usize>)>();
-        // The communication thread, for every bucket but the last (none for one bucket).
-        let (worker, here) = if last > 0 {
-            let worker = s.spawn(move || {
+        // The communication thread, for every bucket but the last (none for one bucket),
+        // with its own copy of the reducer.
+        let worker = (last > 0).then(|| {
+            s.spawn(move || {
                 let mut spans = Vec::new();
                 for (k, elems) in rx {
                     let t = reducer.reduce(elems, k);
@@ -257,12 +261,9 @@ fn threaded(
                         break;
                     }
                 }
-                (spans, reducer)
-            });
-            (Some(worker), None)
-        } else {
-            (None, Some(reducer))
-        };
+                spans
+            })
+        });
         let mut send = |go: Range<usize>| {
             for k in go {
                 fill(plan[k].pieces.clone(), ranges[k].clone());
@@ -283,13 +284,9 @@ fn threaded(
         let after = Instant::now();
         send(readiness.rest());
         drop(tx);
-        let (mut spans, reducer) = match worker {
-            Some(w) => w.join().expect("the communication thread does not panic"),
-            None => (
-                Vec::new(),
-                here.expect("with no thread the reducer stayed here"),
-            ),
-        };
+        let mut spans = worker.map_or_else(Vec::new, |w| {
+            w.join().expect("the communication thread does not panic")
+        });
         // The communication thread, if any, has ended: this thread may call MPI.
         let t = reducer.reduce(ranges[last].clone(), last);
         spans.push((last, t, unix_s()));
