@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static clean
+.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static docs-figures clean
 
 all: build
 
@@ -52,8 +52,13 @@ weak-scaling: build
 	scripts/weak-scaling
 
 # aiperf-score as one static executable for reviewers (HDF5 built in; no runtime libraries).
-score-static: setup
+# Needs only Rust, a C compiler and python3: not the set-up of `make setup`.
+score-static:
 	scripts/build-static-score
+
+# The docs' pictures, redrawn from the committed record set (docs/img/).
+docs-figures: build
+	scripts/docs-figures
 
 gpu-bundle: setup
 	scripts/gpu-bundle

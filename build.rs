@@ -3,7 +3,8 @@
 //! (the linker's --as-needed would otherwise drop it and CUDA would read as unavailable);
 //! the C shim that gives Rust `MPI_IN_PLACE`, compiled against the MPI headers that rsmpi's
 //! build found (the same probe: `MPICC`, `mpicc`, pkg-config); and the C++ shim that puts
-//! autograd hooks on the gradient accumulators, compiled against libtorch's headers.
+//! autograd hooks on the gradient accumulators, compiled against libtorch's headers; and the
+//! libtorch version of those headers, for `aiperf --version`.
 
 use std::path::Path;
 
@@ -46,6 +47,31 @@ fn hooks_shim(lib: &str) {
         .compile("aiperf_grad_hooks");
 }
 
+/// The libtorch version of the headers beside `lib` (`TORCH_VERSION_MAJOR/MINOR/PATCH`, in
+/// `torch/headeronly/version.h` since 2.13 and `torch/csrc/api/include/torch/version.h`
+/// before), or `unknown`.
+fn libtorch_version(lib: &str) -> String {
+    let include = Path::new(lib).join("../include/torch");
+    let headers = ["headeronly/version.h", "csrc/api/include/torch/version.h"];
+    for h in headers.map(|h| include.join(h)) {
+        println!("cargo:rerun-if-changed={}", h.display());
+        let Ok(text) = std::fs::read_to_string(&h) else {
+            continue;
+        };
+        let part = |name: &str| {
+            text.lines().find_map(|l| {
+                let rest = l.trim().strip_prefix("#define TORCH_VERSION_")?;
+                let (key, value) = rest.split_once(char::is_whitespace)?;
+                (key == name).then(|| value.trim().to_string())
+            })
+        };
+        if let (Some(a), Some(b), Some(c)) = (part("MAJOR"), part("MINOR"), part("PATCH")) {
+            return format!("{a}.{b}.{c}");
+        }
+    }
+    "unknown".into()
+}
+
 fn main() {
     mpi_shim();
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
@@ -55,6 +81,10 @@ fn main() {
     hooks_shim(&lib);
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");
     println!("cargo:rustc-env=AIPERF_LIBTORCH_LIB={lib}");
+    println!(
+        "cargo:rustc-env=AIPERF_LIBTORCH_VERSION={}",
+        libtorch_version(&lib)
+    );
     if Path::new(&lib).join("libtorch_cuda.so").exists() {
         println!("cargo:rustc-link-arg=-Wl,--no-as-needed,-ltorch_cuda,--as-needed");
     }

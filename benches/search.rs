@@ -140,7 +140,7 @@ fn main() {
             let h = history(start, n);
             let mean_layers =
                 h.iter().map(|o| o.descriptor.layers.len()).sum::<usize>() as f64 / n as f64;
-            // DESIGN.md's cooling 0.5 (14 annealing steps) and NNI's 0.9 (88 steps).
+            // docs/design.md's cooling 0.5 (14 annealing steps) and NNI's 0.9 (88 steps).
             for (cooling, threads) in [(0.5, 1usize), (0.5, 2), (0.9, 1), (0.9, 2)] {
                 let cfg = BayesConfig {
                     threads,

@@ -61,3 +61,21 @@ scored() {
     "$@" || rc=$?
     [ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || [ "$rc" -eq 4 ]
 }
+
+# The oldest Rust the workspace builds with: Cargo.toml's rust-version.
+rust_version_required() {
+    sed -n 's/^rust-version *= *"\([0-9.]*\)"/\1/p' "$AIPERF_ROOT/Cargo.toml" | head -n1
+}
+
+# Stops with how to get Rust unless cargo and rustc are on PATH and at least rust-version
+# (Debian 12's packaged Rust is older: install with rustup, as the message says).
+check_rust() {
+    local need have
+    need="$(rust_version_required)"
+    local how="install Rust >= $need with rustup (no root needed): curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal, then '. \"\$HOME/.cargo/env\"' (or open a new shell) and re-run"
+    command -v cargo >/dev/null && command -v rustc >/dev/null || die "Rust not found (no cargo/rustc on PATH): $how"
+    have="$(rustc --version | awk '{print $2}')"
+    if [ "$(printf '%s\n%s\n' "$need" "${have%%-*}" | sort -V | head -n1)" != "$need" ]; then
+        die "rustc $have is older than the $need this workspace needs (Cargo.toml rust-version): $how; or 'rustup update stable'"
+    fi
+}

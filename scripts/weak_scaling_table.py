@@ -16,7 +16,7 @@ the repetitions (median, and min-max as the spread):
 - what the exposed exchange was, from the traces: waiting for the group's slowest rank to
   end backward (the wait for peers: stragglers, not the interconnect), and the time after
   that (the reduction of what was left once every rank was ready);
-- the link's alpha-beta bound (DESIGN.md §8) over N nodes: per bucket 2(N-1)·α +
+- the link's alpha-beta bound (docs/design.md §8) over N nodes: per bucket 2(N-1)·α +
   2(N-1)/N · bucket bytes / link bandwidth, summed over the step's buckets (the whole
   exchange's bound), and the last bucket's alone (the exposed exchange's: backward cannot
   hide the reduction of gradients ready only when it ends); the whole and the exposed

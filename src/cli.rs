@@ -12,7 +12,7 @@ use crate::data::Augment;
 
 /// AIPerf: an AutoML benchmark for AI supercomputers.
 #[derive(Parser, Debug)]
-#[command(name = "aiperf", version, about)]
+#[command(name = "aiperf", about)]
 pub struct Cli {
     #[command(subcommand)]
     /// The subcommand.
@@ -27,7 +27,7 @@ pub enum Command {
     /// Check a prepared dataset: verify its checksum, run the loader over it, report
     /// throughput and the statistics of the normalised tensors.
     DataCheck(DataCheckArgs),
-    /// Count the operations of an architecture per layer (DESIGN.md §4): a built-in
+    /// Count the operations of an architecture per layer (docs/design.md §4): a built-in
     /// (resnet50, resnet20, resnet18, resnet8) or an IR JSON file.
     Ops(OpsArgs),
     /// Run the architecture search and TPE against a synthetic accuracy model (no training)
@@ -44,7 +44,7 @@ pub enum Command {
     /// time the median of the operations' slowest-rank times, and a `control` row that times
     /// the in-place call again to show the bench's own resolution).
     CommBench(CommBenchArgs),
-    /// Score runs from their HDF5 records (DESIGN.md §5); the same as `aiperf-score`.
+    /// Score runs from their HDF5 records (docs/design.md §5); the same as `aiperf-score`.
     Score(aiperf_records::cli::ScoreArgs),
     /// The residual check, under MPI like the run: re-train a sample of the recorded trials
     /// (drawn from the run digest) and compare every epoch with its record; writes audit.h5.
@@ -79,7 +79,7 @@ pub struct DpCheckArgs {
     /// Where the exchange's buffer is (device: one flat tensor handed to MPI in place; host:
     /// gradients copied through a host buffer, as on CUDA without a CUDA-aware MPI).
     #[arg(long, value_enum, default_value = "auto")]
-    pub staging: crate::train::staging::Staging,
+    pub exchange_staging: crate::train::staging::Staging,
     /// Exchange after backward instead of overlapped with it.
     #[arg(long)]
     pub no_overlap: bool,

@@ -17,3 +17,4 @@ pub mod platform;
 pub mod search;
 pub mod seeds;
 pub mod train;
+pub mod version;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use aiperf::cli::{Cli, Command};
 use aiperf::commands;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 /// A command that finished without a verdict to report: success.
 fn done(_: ()) -> ExitCode {
@@ -33,7 +33,16 @@ fn main() -> ExitCode {
     // Under a launcher every rank parses the same command line: rank 0 alone prints what
     // clap has to say (an error, or --help) and exits with clap's status; the others leave
     // the status to it (see `deferred`).
-    let cli = match Cli::try_parse() {
+    // The long version probes libtorch and MPI: only when asked for (`--version` can only be
+    // the first argument, the top-level command having no other flags).
+    let mut command = Cli::command().version(aiperf_records::version::short());
+    if std::env::args_os().nth(1).is_some_and(|a| a == "--version") {
+        command = command.long_version(aiperf::version::long());
+    }
+    let cli = match command
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
         Ok(cli) => cli,
         Err(e) if commands::launcher_rank().unwrap_or(0) == 0 => {
             let _ = e.print();

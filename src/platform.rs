@@ -166,7 +166,7 @@ impl Platform {
     pub fn probe(mpi_library: String, mpi_world_size: i32, mpi_rank: i32) -> Self {
         let (a, b, c) = hdf5::library_version();
         Platform {
-            aiperf_version: env!("CARGO_PKG_VERSION").into(),
+            aiperf_version: aiperf_records::version::short(),
             libtorch_lib: loaded_libtorch().unwrap_or_else(|| LIBTORCH_LIB.into()),
             libtorch_built: LIBTORCH_LIB.into(),
             cuda_available: tch::Cuda::is_available(),

@@ -1,165 +1,37 @@
-//! The pages people follow (README.md and docs/*.md) stay true (issue 23): every command in
-//! their `sh` blocks, and every `make …`, `scripts/…` and `mpi-launch/…` they quote, names a
-//! real make target, file and `aiperf` flags (parsed by the same clap definition the binary
-//! uses); the offline commands among them (`ops`, `score`) are run, on the committed record
-//! sets, and must succeed.
+//! Every Markdown page of the repository stays true to the code: every command it shows (in
+//! `sh` blocks and inline code) names a real make target and script and parses with the real
+//! clap definitions of `aiperf`, `aiperf-score` and `aiperf-data-prep`; every relative link
+//! and anchor resolves; every repository path it names exists; the offline commands among
+//! them run on the committed record set; and the README's score table and picture are what
+//! the current code prints and draws.
 
-use std::path::{Path, PathBuf};
+#[path = "common/markdown.rs"]
+mod markdown;
+
+use std::path::Path;
 use std::process::Command;
 
-use aiperf::cli::Cli;
-use clap::Parser;
+use markdown::{check, check_link, commands, make_targets, named_paths, pages, root, Program};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// README.md and every page under docs/, with their text.
-fn pages() -> Vec<(String, String)> {
-    let mut files = vec![root().join("README.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "md"))
-        .collect();
-    docs.sort();
-    assert!(docs.len() >= 4, "docs/ holds the readers' pages: {docs:?}");
-    files.extend(docs);
-    files
-        .into_iter()
-        .map(|f| {
-            let name = f.strip_prefix(root()).unwrap().display().to_string();
-            (name, std::fs::read_to_string(&f).unwrap())
-        })
-        .collect()
-}
-
-/// The command lines of a page's `sh` blocks, comments and continuation-free.
-fn sh_commands(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut inside = false;
-    for line in text.lines() {
-        let t = line.trim_start();
-        if let Some(lang) = t.strip_prefix("```") {
-            inside = !inside && (lang == "sh" || lang == "bash");
-            continue;
-        }
-        if inside {
-            let cmd = t.split(" #").next().unwrap().trim();
-            if !cmd.is_empty() && !cmd.starts_with('#') {
-                out.push(cmd.to_string());
-            }
-        }
+#[test]
+fn every_markdown_file_of_the_repository_is_read() {
+    let names: Vec<String> = pages().into_iter().map(|p| p.name).collect();
+    for expected in [
+        "README.md",
+        "docs/centre.md",
+        "docs/design.md",
+        "docs/reviewer.md",
+        "docs/scaling.md",
+        "docs/performance.md",
+        "results/README.md",
+        "mpi-launch/README.md",
+        "data-prep/README.md",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} not read: {names:?}"
+        );
     }
-    out
-}
-
-/// Inline code spans that are commands or repository paths.
-fn quoted(text: &str) -> Vec<String> {
-    text.split('`')
-        .skip(1)
-        .step_by(2)
-        .filter(|s| {
-            s.starts_with("make ") || s.starts_with("scripts/") || s.starts_with("mpi-launch/")
-        })
-        .map(str::to_string)
-        .collect()
-}
-
-fn make_targets() -> Vec<String> {
-    let makefile = std::fs::read_to_string(root().join("Makefile")).unwrap();
-    makefile
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .filter(|(t, _)| !t.starts_with(['\t', '#', '.']) && !t.contains(['=', ' ', '$']))
-        .map(|(t, _)| t.to_string())
-        .collect()
-}
-
-/// Words of a command line, without leading `VAR=value` assignments, up to the first
-/// redirection or pipe; a placeholder `<…>` stands for a value (1), an ellipsis for nothing.
-fn words(cmd: &str) -> Vec<String> {
-    let mut text = String::new();
-    let mut rest = cmd;
-    while let Some((before, after)) = rest.split_once('<') {
-        text.push_str(before);
-        match after.split_once('>') {
-            Some((_, tail)) => {
-                text.push('1');
-                rest = tail;
-            }
-            None => {
-                text.push('<');
-                rest = after;
-            }
-        }
-    }
-    text.push_str(rest);
-    text.split_whitespace()
-        .skip_while(|w| w.contains('=') && !w.starts_with('-'))
-        .take_while(|w| !matches!(*w, ">" | "|" | "&&" | ";" | "2>&1"))
-        .filter(|w| *w != "…")
-        .map(str::to_string)
-        .collect()
-}
-
-/// Whether a repository path exists; `dir/prefix*` matches a file starting with `prefix`.
-fn exists(path: &str) -> bool {
-    match path.split_once('*') {
-        None => root().join(path).exists(),
-        Some((stem, _)) => {
-            let (dir, prefix) = stem.rsplit_once('/').unwrap_or((".", stem));
-            std::fs::read_dir(root().join(dir)).is_ok_and(|mut d| {
-                d.any(|e| e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with(prefix)))
-            })
-        }
-    }
-}
-
-/// The `aiperf` arguments of a command that runs aiperf (directly or under a launcher).
-fn aiperf_args(w: &[String]) -> Option<Vec<String>> {
-    let first = w.first()?.as_str();
-    let rest = |n: usize| w[n..].to_vec();
-    match first {
-        "aiperf" | "target/release/aiperf" => Some(rest(1)),
-        "aiperf-score" | "target/release/aiperf-score" => {
-            Some([vec!["score".to_string()], rest(1)].concat())
-        }
-        "mpi-launch/mpirun-local" => Some(rest(2)),
-        "mpi-launch/srun-aiperf" | "mpi-launch/mpirun-aiperf" => Some(rest(1)),
-        "mpirun" => {
-            let at = w
-                .iter()
-                .position(|x| x == "aiperf" || x.ends_with("/aiperf"))?;
-            Some(rest(at + 1))
-        }
-        _ => None,
-    }
-}
-
-/// Checks one command; returns a problem, if any.
-fn check(cmd: &str, targets: &[String]) -> Option<String> {
-    let w = words(cmd);
-    let first = w.first()?;
-    if first == "make" {
-        let bad: Vec<&String> = w[1..].iter().filter(|t| !targets.contains(t)).collect();
-        return (!bad.is_empty()).then(|| format!("no make target {bad:?}"));
-    }
-    for path in w
-        .iter()
-        .filter(|x| x.starts_with("scripts/") || x.starts_with("mpi-launch/"))
-    {
-        if !exists(path) {
-            return Some(format!("{path} does not exist"));
-        }
-    }
-    if let Some(args) = aiperf_args(&w) {
-        let argv = std::iter::once("aiperf".to_string()).chain(args);
-        if let Err(e) = Cli::try_parse_from(argv) {
-            return Some(format!("aiperf does not accept it: {}", e.kind()));
-        }
-    }
-    None
 }
 
 #[test]
@@ -168,32 +40,96 @@ fn every_command_in_the_pages_names_real_targets_files_and_flags() {
     assert!(targets.iter().any(|t| t == "test"), "{targets:?}");
     let mut problems = Vec::new();
     let mut checked = 0;
-    for (page, text) in pages() {
-        for cmd in sh_commands(&text).into_iter().chain(quoted(&text)) {
+    for page in pages() {
+        for cmd in commands(&page.text) {
             checked += 1;
-            if let Some(p) = check(&cmd, &targets) {
-                problems.push(format!("{page}: `{cmd}`: {p}"));
+            if let Some(p) = check(&cmd, &targets, &page.dir()) {
+                problems.push(format!("{}: `{cmd}`: {p}", page.name));
             }
         }
     }
-    assert!(checked > 40, "only {checked} commands found");
+    assert!(checked > 100, "only {checked} commands found");
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]
-fn the_check_itself_refuses_wrong_commands() {
+fn the_command_check_refuses_wrong_commands() {
     let targets = make_targets();
+    let dir = root();
     for bad in [
         "make no-such-target",
         "scripts/no-such-script",
         "scripts/no-such-*",
         "mpi-launch/mpirun-local 3 run --no-such-flag",
         "target/release/aiperf-score results/x --no-such-flag",
+        "aiperf-score --no-such-flag results/x",
         "mpirun -np 5 aiperf comm-bench --bogus",
+        "srun aiperf run --bogus",
+        "aiperf-data-prep imagenet --src x --out y --no-such-flag",
+        "aiperf-data-prep no-such-format --out y",
+        "aiperf run --precision tf32",
+        "aiperf dp-check --staging host",
     ] {
-        assert!(check(bad, &targets).is_some(), "{bad}");
+        assert!(check(bad, &targets, &dir).is_some(), "{bad}");
     }
-    assert!(check("VC=0 make bench-comm", &targets).is_none());
+    for good in [
+        "VC=0 make bench-comm",
+        "aiperf --version",
+        "aiperf-score --version",
+        "aiperf audit",
+        "aiperf run --help",
+        "aiperf-data-prep fashion-mnist --src /usr/share/datasets/fashion-mnist --out data/fashion-mnist",
+        "mpirun --map-by ppr:2:node aiperf run --config imagenet",
+    ] {
+        assert_eq!(check(good, &targets, &dir), None, "{good}");
+    }
+}
+
+#[test]
+fn every_relative_link_and_anchor_resolves() {
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        for target in markdown::links(&page.text) {
+            checked += 1;
+            if let Some(p) = check_link(&page, &target) {
+                problems.push(format!("{}: {p}", page.name));
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} links found");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_link_check_refuses_missing_files_and_anchors() {
+    let page = markdown::Page {
+        name: "docs/centre.md".into(),
+        text: String::new(),
+    };
+    assert!(check_link(&page, "no-such-page.md").is_some());
+    assert!(check_link(&page, "reviewer.md#no-such-heading").is_some());
+    assert!(check_link(&page, "../README.md").is_none());
+    assert_eq!(
+        markdown::anchor("Choosing libtorch (clusters, GPUs)"),
+        "choosing-libtorch-clusters-gpus"
+    );
+}
+
+#[test]
+fn every_repository_path_the_pages_name_exists() {
+    let mut problems = Vec::new();
+    let mut checked = 0;
+    for page in pages() {
+        for path in named_paths(&page.text) {
+            checked += 1;
+            if !markdown::exists(&path, &page.dir()) {
+                problems.push(format!("{}: `{path}` does not exist", page.name));
+            }
+        }
+    }
+    assert!(checked > 30, "only {checked} paths found");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// The offline commands the pages show (`aiperf ops` on a built-in architecture, `aiperf
@@ -201,17 +137,21 @@ fn the_check_itself_refuses_wrong_commands() {
 #[test]
 fn the_offline_commands_in_the_pages_run() {
     let mut ran = 0;
-    for (page, text) in pages() {
-        for cmd in sh_commands(&text) {
-            let w = words(&cmd);
-            let Some(args) = aiperf_args(&w) else {
-                continue;
+    for page in pages() {
+        for cmd in markdown::sh_commands(&page.text) {
+            let args = match markdown::program(&markdown::words(&cmd)) {
+                Some(Program::Aiperf(a)) => a,
+                Some(Program::Score(a)) => [vec!["score".to_string()], a].concat(),
+                _ => continue,
             };
             let runnable = match args.first().map(String::as_str) {
                 Some("ops") => !args.iter().any(|a| a.ends_with(".json")),
-                Some("score") => args
-                    .get(1)
-                    .is_some_and(|d| Path::new(&root().join(d)).join("primary.h5").is_file()),
+                Some("score") => {
+                    args.len() == 2
+                        && Path::new(&root().join(&args[1]))
+                            .join("primary.h5")
+                            .is_file()
+                }
                 _ => false,
             };
             if !runnable {
@@ -225,11 +165,83 @@ fn the_offline_commands_in_the_pages_run() {
             let code = out.status.code();
             assert!(
                 matches!(code, Some(0 | 3 | 4)),
-                "{page}: `{cmd}` exited {code:?}: {}",
+                "{}: `{cmd}` exited {code:?}: {}",
+                page.name,
                 String::from_utf8_lossy(&out.stderr)
             );
             ran += 1;
         }
     }
     assert!(ran >= 2, "only {ran} offline commands ran");
+}
+
+/// The lines of the README's first `text` block (the score table it shows).
+fn readme_score_table() -> Vec<String> {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let block = readme
+        .split("```text\n")
+        .nth(1)
+        .expect("README.md shows the score table in a ```text block")
+        .split("```")
+        .next()
+        .unwrap();
+    block.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn the_readmes_score_table_is_what_the_scorer_prints_for_the_committed_run() {
+    let table = readme_score_table();
+    let run = table[0]
+        .strip_prefix("aiperf score: ")
+        .expect("the table starts with its run folder")
+        .to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_aiperf"))
+        .args(["score", &run])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "the committed make-run set is INVALID (too short)"
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = printed.lines().collect();
+    // A trimmed copy: every line shown is printed, in the same order.
+    let mut at = 0;
+    for line in &table {
+        match lines[at..].iter().position(|l| l == line) {
+            Some(i) => at += i + 1,
+            None => panic!("README.md shows `{line}`, which `aiperf score {run}` does not print in that order:\n{printed}"),
+        }
+    }
+    assert!(
+        table.len() >= 8,
+        "the README's table is only {} lines",
+        table.len()
+    );
+}
+
+#[test]
+fn the_readmes_picture_is_what_the_current_code_draws() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(
+        readme.contains("](docs/img/score-ops.svg)"),
+        "the README shows docs/img/score-ops.svg"
+    );
+    let out = tempfile::tempdir().unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_aiperf"))
+        .args(["score", "results/run-1796173665", "--report"])
+        .arg(out.path())
+        .current_dir(root())
+        .output()
+        .unwrap()
+        .status;
+    assert_eq!(status.code(), Some(4));
+    let drawn = std::fs::read(out.path().join("ops.svg")).unwrap();
+    let committed = std::fs::read(root().join("docs/img/score-ops.svg")).unwrap();
+    assert!(
+        drawn == committed,
+        "docs/img/score-ops.svg is not what the current code draws: run `make docs-figures`"
+    );
 }

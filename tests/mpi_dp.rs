@@ -110,14 +110,14 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
                 "--frozen-bn",
                 "--bucket-bytes",
                 "4096",
-                "--staging",
+                "--exchange-staging",
                 "device",
             ][..],
             &[
                 "--frozen-bn",
                 "--exchange",
                 "reduce-bcast",
-                "--staging",
+                "--exchange-staging",
                 "device",
             ][..],
             // The node-aware exchange (one node here: reduce onto the node's first rank and
@@ -133,7 +133,7 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
                 "--frozen-bn",
                 "--exchange",
                 "hierarchical",
-                "--staging",
+                "--exchange-staging",
                 "device",
             ][..],
         ]
@@ -156,7 +156,7 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
 fn the_overlapped_exchange_sums_what_the_exchange_after_backward_sums() {
     // The exchange overlapped with backward, on both paths a rank can take: gradients as
     // views of the buckets (the CPU's default, CUDA with a CUDA-aware MPI) and copied
-    // through a host buffer (`--staging host`: CUDA's path without one). Views bind at the
+    // through a host buffer (`--exchange-staging host`: CUDA's path without one). Views bind at the
     // first exchange, which follows backward; the copying path overlaps from the first
     // step. Every path sums the same buckets (backward order) with the same in-place calls:
     // the training is bit-identical, overlapped or not, copied or not, with 3 ranks too
@@ -178,8 +178,8 @@ fn the_overlapped_exchange_sums_what_the_exchange_after_backward_sums() {
         let run_with = |extra: &[&str]| run(np, &[&common[..], extra].concat());
         let views = run_with(&[]);
         let views_after = run_with(&["--no-overlap"]);
-        let copied = run_with(&["--staging", "host"]);
-        let copied_after = run_with(&["--staging", "host", "--no-overlap"]);
+        let copied = run_with(&["--exchange-staging", "host"]);
+        let copied_after = run_with(&["--exchange-staging", "host", "--no-overlap"]);
         for (r, overlapped) in [
             (&views, 5),
             (&views_after, 0),

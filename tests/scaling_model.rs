@@ -328,7 +328,7 @@ fn the_check_compares_modelled_and_measured_step_efficiency_and_fails_beyond_tol
 
 #[test]
 fn the_model_holds_the_recorded_virtual_cluster_study_within_ten_percent() {
-    // docs/scaling.md's check: comm-bench at 2, 4 and 8 nodes × 2 ranks (10 Gbit/s) against
+    // docs/measurements.md's check: comm-bench at 2, 4 and 8 nodes × 2 ranks (10 Gbit/s) against
     // the weak-scaling study's medians with and without overlap, at 10 and 2.5 Gbit/s.
     let benches = [
         "tests/data/comm-bench-2-nodes-x2-10gbit.jsonl",

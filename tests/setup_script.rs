@@ -1,7 +1,9 @@
 //! `scripts/setup` as a non-root user on a machine without the system libraries: it must
-//! name each missing library and how to provide it, and exit non-zero — not fail obscurely.
-//! The machine is simulated with a PATH that lacks the MPI and HDF5 tools, a pkg-config
-//! search path with nothing in it, and an `id` that reports an ordinary user.
+//! first check Rust (none, or one older than Cargo.toml's rust-version: say how to get it
+//! with rustup), then name each missing library and how to provide it, and exit non-zero —
+//! not fail obscurely. The machine is simulated with a PATH that lacks the MPI and HDF5
+//! tools, a pkg-config search path with nothing in it, an `id` that reports an ordinary
+//! user, and `cargo`/`rustc` scripts that report the version a test chooses.
 
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
@@ -22,6 +24,10 @@ const TOOLS: &[&str] = &[
     "touch",
     "env",
     "pkg-config",
+    "sed",
+    "awk",
+    "sort",
+    "head",
 ];
 
 fn which(tool: &str) -> Option<std::path::PathBuf> {
@@ -31,8 +37,27 @@ fn which(tool: &str) -> Option<std::path::PathBuf> {
         .find(|p| p.exists())
 }
 
-#[test]
-fn setup_without_root_names_missing_libraries_and_fixes() {
+/// A script `name` in `bin` that prints `text`.
+fn fake(bin: &Path, name: &str, text: &str) {
+    let path = bin.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\necho '{text}'\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The oldest Rust the workspace builds with (Cargo.toml's rust-version).
+fn rust_version() -> String {
+    let toml =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml")).unwrap();
+    let line = toml
+        .lines()
+        .find(|l| l.starts_with("rust-version"))
+        .unwrap();
+    line.split('"').nth(1).unwrap().to_string()
+}
+
+/// Runs scripts/setup as an ordinary user on a bare PATH; `rustc` reports `rustc` if given.
+/// Returns the exit success, stderr, and whether anything was put in the cache.
+fn setup_with(rustc: Option<&str>) -> (bool, String, bool) {
     let tmp = tempfile::tempdir().unwrap();
     let bin = tmp.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
@@ -41,10 +66,15 @@ fn setup_without_root_names_missing_libraries_and_fixes() {
             symlink(p, bin.join(tool)).unwrap();
         }
     }
-    let id = bin.join("id");
-    std::fs::write(&id, "#!/bin/sh\necho 1000\n").unwrap();
-    std::fs::set_permissions(&id, std::fs::Permissions::from_mode(0o755)).unwrap();
-
+    fake(&bin, "id", "1000");
+    if let Some(version) = rustc {
+        fake(
+            &bin,
+            "rustc",
+            &format!("rustc {version} (0000000 2026-01-01)"),
+        );
+        fake(&bin, "cargo", &format!("cargo {version}"));
+    }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup");
     let out = Command::new(which("bash").unwrap())
         .arg(&script)
@@ -54,8 +84,50 @@ fn setup_without_root_names_missing_libraries_and_fixes() {
         .env("PKG_CONFIG_LIBDIR", tmp.path().join("no-pkgconfig"))
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "setup must fail here: {err}");
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    (
+        out.status.success(),
+        err,
+        tmp.path().join(".cache/aiperf").exists(),
+    )
+}
+
+#[test]
+fn setup_without_rust_says_how_to_get_it_before_anything_else() {
+    let need = rust_version();
+    let (ok, err, cached) = setup_with(None);
+    assert!(!ok, "setup must fail without Rust: {err}");
+    assert!(err.contains("Rust not found"), "{err}");
+    assert!(err.contains(&format!("Rust >= {need}")), "{err}");
+    assert!(err.contains("https://sh.rustup.rs"), "{err}");
+    // Rust comes first: no package or library was looked at.
+    assert!(!err.contains("checking libraries directly"), "{err}");
+    assert!(!cached);
+}
+
+#[test]
+fn setup_with_an_old_rust_names_both_versions() {
+    let need = rust_version();
+    let (ok, err, cached) = setup_with(Some("1.63.0"));
+    assert!(!ok, "setup must fail with Rust 1.63: {err}");
+    assert!(
+        err.contains("rustc 1.63.0 is older than the") && err.contains(&need),
+        "{err}"
+    );
+    assert!(err.contains("rustup update stable"), "{err}");
+    assert!(!err.contains("checking libraries directly"), "{err}");
+    assert!(!cached);
+}
+
+#[test]
+fn setup_without_root_names_missing_libraries_and_fixes() {
+    // A Rust exactly as old as required passes the first check.
+    let (ok, err, cached) = setup_with(Some(&rust_version()));
+    assert!(!ok, "setup must fail here: {err}");
+    assert!(
+        !err.contains("Rust not found") && !err.contains("older than"),
+        "{err}"
+    );
     // No dpkg on this PATH: it says it cannot install and checks the libraries directly.
     assert!(err.contains("checking libraries directly"), "{err}");
     assert!(
@@ -67,8 +139,7 @@ fn setup_without_root_names_missing_libraries_and_fixes() {
         err.contains("HDF5 >= 1.10: not found") && err.contains("HDF5_DIR="),
         "{err}"
     );
-    assert!(err.contains("cargo: not found"), "{err}");
     assert!(err.contains("re-run 'make'"), "{err}");
     // Nothing was downloaded or unpacked.
-    assert!(!tmp.path().join(".cache/aiperf").exists());
+    assert!(!cached);
 }

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod cifar;
+pub mod cli;
 pub mod error;
 pub mod idx;
 pub mod imagenet;

@@ -1,4 +1,4 @@
-//! The audit's records (DESIGN.md §5–§6): which trials a reviewer re-trains (a sample drawn
+//! The audit's records (docs/design.md §5–§6): which trials a reviewer re-trains (a sample drawn
 //! from a seed derived from the run digest, so the submitter cannot pick it), how each
 //! re-trained epoch is compared with the recorded one (bit-exact where the rank count and
 //! threads match, within [`ACCURACY_TOLERANCE`] and [`LOSS_TOLERANCE`] otherwise; counts
@@ -289,7 +289,7 @@ impl Audit {
         let text = |s: &str| Some(AttrValue::Text(s.into()));
         vec![
             (attr::SCHEMA_VERSION, Some(AttrValue::U32(SCHEMA_VERSION))),
-            (attr::PROGRAM_VERSION, text(env!("CARGO_PKG_VERSION"))),
+            (attr::PROGRAM_VERSION, text(&crate::version::short())),
             (attr::RUN_DIGEST, text(&self.run_digest)),
             (attr::SAMPLE_SEED, Some(AttrValue::U64(self.sample_seed))),
             (attr::TRIALS, Some(AttrValue::U32(self.trials))),

@@ -1,4 +1,4 @@
-//! Tamper evidence (DESIGN.md §6, schema 3): every dataset of every record file is a chain
+//! Tamper evidence (docs/design.md §6, schema 3): every dataset of every record file is a chain
 //! of SHA-256 digests (each of the previous digest and the row's bytes); epoch, trial and
 //! TPE rows also carry their running digest in their `digest` field, so the first altered
 //! row is named. At a clean stop `primary.h5` records the end of every chain

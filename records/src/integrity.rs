@@ -1,4 +1,4 @@
-//! Whether a run's records are the ones it wrote (DESIGN.md §6, schema 3): every dataset's
+//! Whether a run's records are the ones it wrote (docs/design.md §6, schema 3): every dataset's
 //! digest chain in every file, each chain's end against what `primary.h5` recorded at the
 //! clean stop, every group file's attributes against the same record, no attribute outside
 //! the schema (nothing would seal it), the run digest against every sealed attribute, and a

@@ -1,5 +1,5 @@
-//! aiperf's run records and scoring step: the HDF5 schema of DESIGN.md §6, its writer (used
-//! by `aiperf run`) and reader, the score of DESIGN.md §5 and its reports. Depends on HDF5
+//! aiperf's run records and scoring step: the HDF5 schema of docs/design.md §6, its writer (used
+//! by `aiperf run`) and reader, the score of docs/design.md §5 and its reports. Depends on HDF5
 //! only, so reviewers can build `aiperf-score` without libtorch or MPI.
 
 #![warn(missing_docs)]
@@ -23,6 +23,7 @@ pub mod score;
 mod source;
 pub mod stability;
 pub mod trace;
+pub mod version;
 pub mod writer;
 
 pub use error::RecordError;

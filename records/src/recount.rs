@@ -1,6 +1,6 @@
 //! The reviewer's recount: every epoch's training and validation operations recomputed
 //! from its model's recorded architecture, its images and its optimizer steps, with the
-//! runtime's own counter (`aiperf-ir`, DESIGN.md §4). A row whose recorded counts differ is
+//! runtime's own counter (`aiperf-ir`, docs/design.md §4). A row whose recorded counts differ is
 //! named; the verdict makes the run INVALID.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! The validity rules `aiperf-rules-4` (DESIGN.md §5) as data: a table of keys of the run's
+//! The validity rules `aiperf-rules-4` (docs/design.md §5) as data: a table of keys of the run's
 //! evidence — the recorded configuration, the dataset identity read from the pack headers,
 //! the search and HPO algorithms the run used, and the measured duration and error — each
 //! with its required value or range and the status a deviation gives. The verdict walks

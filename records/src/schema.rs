@@ -1,4 +1,4 @@
-//! The record schema (DESIGN.md §6, a contract): row types of the HDF5 datasets, the
+//! The record schema (docs/design.md §6, a contract): row types of the HDF5 datasets, the
 //! attributes of each file as a table ([`PRIMARY_ATTRS`], [`GROUP_ATTRS`]) and the datasets
 //! of each file ([`PRIMARY_DATASETS`], [`GROUP_DATASETS`]), and the versions. The tables are
 //! what the seal covers ([`crate::digest`]): an attribute or dataset added to the schema is
@@ -8,7 +8,7 @@ use hdf5::H5Type;
 
 /// Version of this schema; readers refuse others.
 pub const SCHEMA_VERSION: u32 = 3;
-/// Version of the scoring and validity rules (DESIGN.md §5).
+/// Version of the scoring and validity rules (docs/design.md §5).
 pub const RULES_VERSION: &str = "aiperf-rules-4";
 /// File name of the primary's records.
 pub const PRIMARY_FILE: &str = "primary.h5";
@@ -36,7 +36,7 @@ pub struct EpochRow {
     pub steps: u64,
     /// Validation images evaluated.
     pub val_images: u64,
-    /// Training operations (FP + BP per image, plus updates per step; DESIGN.md §4).
+    /// Training operations (FP + BP per image, plus updates per step; docs/design.md §4).
     pub train_ops: u64,
     /// Validation operations (FP per image).
     pub val_ops: u64,

@@ -1,4 +1,4 @@
-//! The score (DESIGN.md §5, a contract), computed from the records alone: the timeline of
+//! The score (docs/design.md §5, a contract), computed from the records alone: the timeline of
 //! operations per second and quality-regulated score on a grid of step Δ from t0, the final
 //! values at the run's end, per-accelerator figures, totals, the time split, and the
 //! validity verdict under the versioned rules.
@@ -88,7 +88,7 @@ pub struct Score {
     pub ops_per_s_per_node: f64,
     /// Regulated score per node.
     pub regulated_per_node: f64,
-    /// Warm-up end, steady-state OPS and convergence (DESIGN.md §5).
+    /// Warm-up end, steady-state OPS and convergence (docs/design.md §5).
     pub stability: Stability,
     /// What the digests say of the records.
     pub integrity: Integrity,
@@ -177,7 +177,7 @@ fn seconds(v: f64) -> String {
     }
 }
 
-/// The grid of DESIGN.md §5 in seconds since t0: every k·`interval_s` strictly before
+/// The grid of docs/design.md §5 in seconds since t0: every k·`interval_s` strictly before
 /// `duration_s`, then `duration_s`. Refuses (instead of building without bound) a step that
 /// is not positive and finite or that makes more than [`MAX_GRID_STEPS`] points.
 pub fn grid(duration_s: f64, interval_s: f64) -> Result<Vec<f64>, GridError> {
@@ -237,7 +237,7 @@ fn timeline(t0: f64, grid: &[f64], epochs: &[&EpochRow]) -> (Vec<Point>, bool) {
             ops,
             ops_per_s,
             error,
-            // Before any completed epoch error = 1 and regulated = 0 (DESIGN.md §5), not −0.
+            // Before any completed epoch error = 1 and regulated = 0 (docs/design.md §5), not −0.
             regulated: ops_per_s * -error.ln() + 0.0,
         });
     }
@@ -327,7 +327,7 @@ fn backwards(run: &Run) -> Vec<String> {
         .collect()
 }
 
-/// Scores `run` with grid step `interval_s` (DESIGN.md §5), verifying its digests.
+/// Scores `run` with grid step `interval_s` (docs/design.md §5), verifying its digests.
 pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
     score_with_digest(run, interval_s, None)
 }

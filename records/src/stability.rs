@@ -1,4 +1,4 @@
-//! The stability figures of DESIGN.md §5, reported beside the score (which stays OPS at the
+//! The stability figures of docs/design.md §5, reported beside the score (which stays OPS at the
 //! run's end): the warm-up end, the steady-state OPS after it, and the convergence test of
 //! the cumulative OPS.
 

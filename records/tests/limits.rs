@@ -342,7 +342,7 @@ fn an_unknown_trial_status_is_refused_naming_the_row_and_the_field() {
 }
 
 /// Regression: before the first completed epoch the report printed a regulated score of
-/// "-0.000"; DESIGN.md §5 says 0.
+/// "-0.000"; docs/design.md §5 says 0.
 #[test]
 fn regulated_score_before_any_epoch_is_zero_not_negative_zero() {
     let _serial = serial();

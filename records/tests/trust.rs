@@ -1,7 +1,7 @@
 //! What a reviewer relies on (issue 12): altered rows are found by the digest chains and
 //! the recount, named by row; a digest copied from the job log is checked; missing fields
 //! and files are errors or INVALID naming them; schema 1 reads as unverifiable; and the
-//! edge cases of DESIGN.md §5.
+//! edge cases of docs/design.md §5.
 
 mod common;
 

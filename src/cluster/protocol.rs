@@ -1,4 +1,4 @@
-//! Messages between the primary and the group leaders (DESIGN.md §2): serde types encoded
+//! Messages between the primary and the group leaders (docs/design.md §2): serde types encoded
 //! with bincode inside a versioned envelope. Receivers check the size before decoding (the
 //! primary probes a message's length first) and refuse another protocol version by name.
 
@@ -53,7 +53,7 @@ pub enum ToPrimary {
         epoch: u32,
         /// Its validation accuracy.
         val_accuracy: f64,
-        /// Its operations (training + validation, DESIGN.md §4), for the status line.
+        /// Its operations (training + validation, docs/design.md §4), for the status line.
         ops: u64,
     },
     /// A finished trial; the primary answers with the history delta.

@@ -31,7 +31,7 @@ pub struct RunContext {
     pub trainer: Box<dyn Trainer>,
     /// Full epoch budget.
     pub epochs: u32,
-    /// Scale of the patience rule min(6 + 2·round, 20) (DESIGN.md §3).
+    /// Scale of the patience rule min(6 + 2·round, 20) (docs/design.md §3).
     pub patience_scale: f64,
     /// Kernel sizes of the deeper morphism.
     pub kernel_sizes: Vec<u32>,
@@ -105,7 +105,7 @@ pub fn run_primary(
         (writer, Some(state))
     } else {
         let meta = RunMeta {
-            program_version: env!("CARGO_PKG_VERSION").into(),
+            program_version: aiperf_records::version::short(),
             config_json: config.to_json(),
             start_time_s: ctx.t0_s,
             world_size: world.size() as u32,

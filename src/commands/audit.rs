@@ -1,4 +1,4 @@
-//! `aiperf audit DIR`: the benchmark's residual check (DESIGN.md §5, as HPL recomputes its
+//! `aiperf audit DIR`: the benchmark's residual check (docs/design.md §5, as HPL recomputes its
 //! residual). Rank 0 reads the sealed records and draws a sample of trials from a seed
 //! derived from the run digest; every trial is rebuilt from its recorded architecture,
 //! hyperparameters, seed, data order and rank count and trained again for K epochs on the

@@ -19,15 +19,7 @@ pub fn doctor(json: bool) -> anyhow::Result<()> {
             log::warn!("{e}");
         }
     }
-    let library = mpi::environment::library_version().unwrap_or_else(|_| "unknown".into());
-    // OpenMPI: "Open MPI v4.1.4, package: ..., ident: ..."; keep the name and version.
-    let library = library
-        .split([',', '\n'])
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_string();
-    let p = Platform::probe(library, world.size(), world.rank());
+    let p = Platform::probe(crate::version::mpi_library(), world.size(), world.rank());
     if json {
         println!("{}", serde_json::to_string(&p)?);
     } else {
@@ -149,7 +141,7 @@ pub fn dp_check(a: &crate::cli::DpCheckArgs) -> anyhow::Result<()> {
         first_bucket_bytes: a
             .bucket_bytes
             .min(crate::train::exchange::DEFAULT_FIRST_BUCKET_BYTES),
-        staging: a.staging,
+        staging: a.exchange_staging,
         overlap: !a.no_overlap,
     };
     // The node-local index, as `aiperf run` places ranks on devices.

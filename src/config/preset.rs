@@ -1,6 +1,6 @@
 //! The run presets (`aiperf run --config <preset|file.json>`): the dataset, start
 //! architecture, run length, epoch budgets, hyperparameter space and training settings of a
-//! benchmark run. `imagenet` is the official configuration (DESIGN.md §3 and §5);
+//! benchmark run. `imagenet` is the official configuration (docs/design.md §3 and §5);
 //! `fashion-mnist` is the small default that `make run` uses; `cifar10` sits between. A
 //! JSON file with the same fields defines a custom run (unknown keys are errors, at every
 //! level). Command-line flags override some fields (see `super::RunFlags`).
@@ -25,7 +25,7 @@ pub struct Preset {
     pub start: String,
     /// Run length, seconds.
     pub duration_s: f64,
-    /// Full epoch budget; warm-up rounds 1–3 train ¼, ½ and ¾ of it (DESIGN.md §3).
+    /// Full epoch budget; warm-up rounds 1–3 train ¼, ½ and ¾ of it (docs/design.md §3).
     pub epochs: u32,
     /// Scale of the patience rule min(6 + 2·round, 20) (reference: 1 for 60 epochs).
     pub patience_scale: f64,
@@ -239,7 +239,7 @@ impl Preset {
         Ok(())
     }
 
-    /// The hyperparameters of warm-up trials without a trained father (DESIGN.md §2: rounds
+    /// The hyperparameters of warm-up trials without a trained father (docs/design.md §2: rounds
     /// 1–3 use the father's best hyperparameters or the preset's defaults): the batch size
     /// in the middle of the range, the first kernel size.
     pub fn default_hparams(&self) -> Hparams {

@@ -37,7 +37,7 @@ pub struct Observed {
     pub accuracy: f64,
 }
 
-/// Settings of the optimiser (DESIGN.md §3 defaults).
+/// Settings of the optimiser (docs/design.md §3 defaults).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BayesConfig {
     /// UCB exploration weight.

@@ -15,7 +15,7 @@ use statrs::function::erf::erf;
 /// hyperopt's `EPS`.
 const EPS: f64 = 1e-12;
 
-/// TPE settings (hyperopt's defaults, but startup trials 10 as DESIGN.md §3 asks).
+/// TPE settings (hyperopt's defaults, but startup trials 10 as docs/design.md §3 asks).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TpeConfig {
     /// Fraction of observations modelled as good.

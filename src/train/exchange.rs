@@ -27,7 +27,8 @@ pub enum ExchangeMethod {
     Auto,
     /// Buckets reduced in place by blocking `MPI_Allreduce`, each as soon as it is filled
     /// (the flat exchange; faster than the non-blocking calls where MPI progresses them only
-    /// inside MPI calls, as OpenMPI over shared memory and TCP does; measured in docs/scaling.md).
+    /// inside MPI calls, as OpenMPI over shared memory and TCP does; measured in
+    /// docs/measurements.md).
     Allreduce,
     /// Buckets reduced by non-blocking `MPI_Iallreduce` (for MPIs and interconnects that
     /// progress them asynchronously): overlapped with backward, each starts on the thread

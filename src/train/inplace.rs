@@ -116,7 +116,7 @@ pub unsafe fn reduce_bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize)
 /// A bucket this large or larger that follows another bucket of the same exchange waits at a
 /// barrier first. Back-to-back in-place all-reduces between two virtual-cluster nodes over
 /// TCP lost 15–35 % of a single call's bandwidth from 2 MiB up, whatever the sizes or the
-/// algorithm; one barrier between them restored it (docs/scaling.md). A barrier costs one
+/// algorithm; one barrier between them restored it (docs/measurements.md). A barrier costs one
 /// small message's latency: with the barrier from 1 MiB, a 2 MiB exchange (two 1 MiB
 /// buckets) across the two nodes went from 0.82× to 0.98× of one raw call.
 pub const SYNC_BYTES: usize = 1 << 20;

@@ -6,7 +6,7 @@
 //! only as backward ends, the step's own thread reduces once the thread is done. The pipelined
 //! exchange (`allreduce-pipelined`) takes the other way, for MPIs that progress by
 //! themselves: no thread — each bucket's non-blocking reduction starts on the thread running
-//! backward and later gradient reports test those in flight (docs/scaling.md measures both).
+//! backward and later gradient reports test those in flight (docs/measurements.md measures both).
 //! Buckets are handed over in the same order on every rank and each is summed by the same
 //! call as without overlap, so the sums are the same, bit for bit. MPI must run with at
 //! least `MPI_THREAD_SERIALIZED` ([`set_thread_level`]): while the thread reduces, the step

@@ -1,4 +1,4 @@
-//! Dynamic loss scaling for fp16 training (DESIGN.md §3), with the defaults of PyTorch's
+//! Dynamic loss scaling for fp16 training (docs/design.md §3), with the defaults of PyTorch's
 //! `torch.amp.GradScaler`: the loss is multiplied by the scale before backward and the
 //! gradients divided by it before the update; a step whose summed gradients are not finite
 //! is skipped and the scale halved; after 2,000 finite steps in a row the scale doubles.

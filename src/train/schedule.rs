@@ -1,4 +1,4 @@
-//! The training rules of DESIGN.md §3 as pure functions: the learning rate as a function of
+//! The training rules of docs/design.md §3 as pure functions: the learning rate as a function of
 //! (epoch, step), the epoch budget and patience of each round, early stopping on validation
 //! loss, and the predicted final accuracy reported to the search during warm-up rounds.
 
@@ -44,7 +44,7 @@ pub fn patience(round: u32, scale: f64) -> u32 {
 }
 
 /// Early stopping on validation loss: stop after `patience` epochs without an improvement of
-/// at least `min_delta` (0.001 by DESIGN.md).
+/// at least `min_delta` (0.001 by docs/design.md).
 #[derive(Clone, Debug, PartialEq)]
 pub struct EarlyStopping {
     best: f64,

@@ -30,7 +30,7 @@ pub struct SimDevice {
 pub struct SimEpoch {
     /// Seconds it takes.
     pub seconds: f64,
-    /// Training operations (DESIGN.md §4, the same as a real epoch's).
+    /// Training operations (docs/design.md §4, the same as a real epoch's).
     pub train_ops: u128,
     /// Validation operations.
     pub val_ops: u128,

@@ -39,11 +39,11 @@ pub struct TrainConfig {
     /// Peak learning rate for a global batch of 256; scaled linearly with the global batch
     /// (Goyal et al., "Accurate, large minibatch SGD", 2017).
     pub lr_per_256: f64,
-    /// SGD momentum (DESIGN.md §3: 0.9).
+    /// SGD momentum (docs/design.md §3: 0.9).
     pub momentum: f64,
     /// L2 weight decay.
     pub weight_decay: f64,
-    /// Label smoothing of the training loss (DESIGN.md §3: 0.1).
+    /// Label smoothing of the training loss (docs/design.md §3: 0.1).
     pub label_smoothing: f64,
     /// Epochs of linear learning-rate warm-up at the start of each trial.
     pub warmup_epochs: f64,

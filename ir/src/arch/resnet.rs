@@ -56,7 +56,7 @@ fn bottleneck(g: &mut Graph, name: &str, x: usize, in_c: u32, width: u32, s: u32
     g.push(format!("{name}.relu"), Layer::Relu, &[sum])
 }
 
-/// ResNet-50 v1 as the AIPerf reference lays it out (DESIGN.md §3): 7×7/2 stem with pad 3,
+/// ResNet-50 v1 as the AIPerf reference lays it out (docs/design.md §3): 7×7/2 stem with pad 3,
 /// 3×3/2 max-pool with pad 1, bottleneck stages 3-4-6-3, the stride 2 of stages 2–4 on the
 /// first 1×1 conv of the first block and its projection, global average pool, dense.
 pub fn resnet50(input: Shape, classes: u32) -> Graph {

@@ -1,4 +1,4 @@
-//! Analytical operation counting, DESIGN.md §4 (a contract): per-layer forward (FP) and
+//! Analytical operation counting, docs/design.md §4 (a contract): per-layer forward (FP) and
 //! backward (BP) operations per image and trainable parameters, from the IR and the input
 //! resolution alone; per-step parameter-update operations; training and validation epoch
 //! totals in u128.
@@ -82,7 +82,7 @@ impl OpCount {
                 layer_counts(&node.layer, node.inputs.len(), input, out).ok_or_else(too_large)?;
             // A layer with parameters reading (through any path) the output of another needs
             // its input gradient; one with no trainable layer between it and the input
-            // does not (DESIGN.md §4: "first conv of the network: FP only").
+            // does not (docs/design.md §4: "first conv of the network: FP only").
             let upstream = node.inputs.iter().any(|&j| trains_upstream[j]);
             trains_upstream.push(upstream || has_params(&node.layer));
             let bp = match node.layer {
@@ -162,7 +162,7 @@ fn product(factors: &[u64]) -> Option<u64> {
     factors.iter().try_fold(1u64, |acc, &f| acc.checked_mul(f))
 }
 
-/// Forward operations per image and trainable parameters of one layer (DESIGN.md §4), or
+/// Forward operations per image and trainable parameters of one layer (docs/design.md §4), or
 /// `None` when a count does not fit u64.
 fn layer_counts(
     layer: &Layer,

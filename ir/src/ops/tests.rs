@@ -1,4 +1,4 @@
-//! Op-count tests: DESIGN.md §4's reference figures and a graph counted by hand.
+//! Op-count tests: docs/design.md §4's reference figures and a graph counted by hand.
 
 use super::*;
 use crate::arch::{cifar_resnet, resnet50, CifarResnetConfig, Graph, Layer, Shape};
@@ -123,7 +123,7 @@ fn epoch_totals_do_not_overflow_at_machine_scale() {
 
 #[test]
 fn the_reference_training_figure_differs_by_update_and_a_per_bn_constant() {
-    // DESIGN.md §4: the AIPerf profiler's 23,053,458,315 training operations per image differ
+    // docs/design.md §4: the AIPerf profiler's 23,053,458,315 training operations per image differ
     // from these rules' FP + BP only by its per-image parameter update and a constant per
     // BatchNorm layer. Its update covers the conv and dense weights (2 per weight), and what
     // remains is 36 per BN layer — any change to a conv, dense, BN or pooling rule breaks this.

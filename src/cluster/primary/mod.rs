@@ -24,7 +24,7 @@ use crate::arch::{Descriptor, Graph};
 use crate::ops::OpCount;
 use crate::search::{Hparams, Space, Tpe, TpeConfig};
 
-/// Rounds 1–3 (0-based 0..3) are warm-up: no TPE (DESIGN.md §2/§3).
+/// Rounds 1–3 (0-based 0..3) are warm-up: no TPE (docs/design.md §2/§3).
 pub const WARMUP_ROUNDS: u32 = 3;
 
 /// Where the primary's records go: `primary.h5`, or memory in tests.
@@ -333,7 +333,7 @@ impl<S: RecordSink> Primary<S> {
             ToPrimary::Bye { chain, .. } => {
                 let g = &mut self.groups[group as usize];
                 g.bye = true;
-                // The sender's group, whatever the message says (DESIGN.md §2).
+                // The sender's group, whatever the message says (docs/design.md §2).
                 g.chain = Some(GroupChain { group, ..chain });
                 None
             }
