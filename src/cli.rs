@@ -220,6 +220,13 @@ impl CommBenchArgs {
     pub fn validate(&self) -> anyhow::Result<()> {
         range("--max-bytes", self.max_bytes, 1, MAX_COMM_BYTES)?;
         range("--min-bytes", self.min_bytes, 1, self.max_bytes)?;
+        if crate::cluster::commbench::sizes(self.min_bytes, self.max_bytes).is_empty() {
+            anyhow::bail!(
+                "--min-bytes {} --max-bytes {}: no power of two of at least 4 bytes lies in this range, so nothing would be measured; widen it (e.g. --min-bytes 4)",
+                self.min_bytes,
+                self.max_bytes
+            );
+        }
         range("--iters", self.iters, 1, 1_000_000)?;
         range("--warmup", self.warmup, 0, 1_000_000)?;
         range(

@@ -524,3 +524,62 @@ fn regression_a_preset_file_missing_on_some_ranks_is_named_not_waited_for() {
     assert!(err.contains("ranks 1, 2 on "), "{err}");
     assert!(!tmp.path().join("results/primary.h5").exists(), "{err}");
 }
+
+/// Regression: comm-bench over a size range holding no power of two measured nothing and
+/// exited 0; its `--group-size` refusal was printed by every rank.
+#[test]
+fn regression_comm_bench_refuses_a_range_that_measures_nothing_and_says_it_once() {
+    for (lo, hi) in [("1", "1"), ("3", "3"), ("5", "7")] {
+        refused(
+            &["comm-bench", "--min-bytes", lo, "--max-bytes", hi],
+            &["nothing would be measured", "--min-bytes"],
+        );
+    }
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let out = Command::new(&launcher)
+        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .args([
+            "3",
+            "comm-bench",
+            "--group-size",
+            "2",
+            "--max-bytes",
+            "1024",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(
+        err.matches("--group-size 2 must divide the 3 ranks")
+            .count(),
+        1,
+        "{err}"
+    );
+}
+
+/// Regression: a part of a flag value out of range was answered with the expected form;
+/// a preset of the wrong shape with serde's "trailing characters", naming no key.
+#[test]
+fn regression_the_part_out_of_range_and_the_key_of_the_wrong_shape_are_named() {
+    let out = aiperf()
+        .args(["run", "--batch-size", "16:4294967296"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("4294967296 is too large (at most 65536)"),
+        "{err}"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let printed = aiperf().args(["run", "--print-config"]).output().unwrap();
+    let mut preset: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap();
+    preset["batch_size"] = serde_json::json!([16, 32, 64]);
+    let file = tmp.path().join("preset.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&preset).unwrap()).unwrap();
+    refused(
+        &["run", "--print-config", "--config", file.to_str().unwrap()],
+        &["at `batch_size`", "expected a [min, max] pair of integers"],
+    );
+}

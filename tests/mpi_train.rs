@@ -486,16 +486,22 @@ fn regression_what_the_data_and_the_folder_cannot_give_is_refused_before_the_run
     );
 }
 
-/// A learning rate that makes every loss non-finite: each trial ends `failed`, is
+/// Settings that make every loss non-finite (within the bounds a preset admits): each trial ends `failed`, is
 /// recorded, and the group goes on to the next one until the deadline.
 #[test]
 fn non_finite_losses_fail_trials_and_the_run_goes_on() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = quadrants(tmp.path(), 384);
+    // Enough steps per epoch for the weights to overflow within the first one.
+    let data = quadrants(tmp.path(), 6144);
     let printed =
         output(Command::new(env!("CARGO_BIN_EXE_aiperf")).args(["run", "--print-config"]));
     let mut preset: serde_json::Value = serde_json::from_slice(&printed.stdout).unwrap();
-    preset["train"]["lr_per_256"] = serde_json::json!(1e30);
+    // The largest rate and decay a preset admits (at most 100 and 1): each step multiplies
+    // the weights by about 1 - lr·decay, so they overflow single precision within tens of
+    // steps.
+    preset["train"]["lr_per_256"] = serde_json::json!(100.0);
+    preset["train"]["weight_decay"] = serde_json::json!(1.0);
+    preset["train"]["momentum"] = serde_json::json!(0.99);
     let file = tmp.path().join("diverge.json");
     std::fs::write(&file, preset.to_string()).unwrap();
     let results = tmp.path().join("r");
@@ -505,6 +511,11 @@ fn non_finite_losses_fail_trials_and_the_run_goes_on() {
     // cleanly at its deadline, with nothing to score.
     assert!(
         err.contains("non-finite") && err.contains("nothing to score"),
+        "{err}"
+    );
+    // The message names the settings that diverge, with their values.
+    assert!(
+        err.contains("every trial's loss was non-finite") && err.contains("train.lr_per_256 100"),
         "{err}"
     );
     assert!(!err.contains("panicked"), "{err}");

@@ -1,17 +1,21 @@
 //! CIFAR-10 "binary version": `data_batch_1..5.bin` (train), `test_batch.bin` (val) and
 //! `batches.meta.txt` (class names). Each record is one label byte followed by a 32×32 RGB
-//! image stored as three 1024-byte channel planes — already the pack's CHW order.
+//! image stored as three 1024-byte channel planes — already the pack's CHW order. The class
+//! names must be the [`CIFAR_CLASSES`] that the labels index, and every class must have
+//! training samples.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::error::{PrepError, Result};
-use crate::pack::{commit_all, split_path, Header, PackWriter, Source};
+use crate::pack::{check_targets, commit_all, split_path, Header, PackWriter, Source};
 
 /// Side of a CIFAR image.
 pub const CIFAR_SIDE: u32 = 32;
 /// Bytes of one record: label + 3×32×32 pixels.
 pub const CIFAR_RECORD: usize = 1 + 3 * 32 * 32;
+/// Classes of CIFAR-10: labels 0..=9, one name each in `batches.meta.txt`.
+pub const CIFAR_CLASSES: usize = 10;
 
 /// Reads the class names from `batches.meta.txt` (one per non-empty line).
 pub fn read_cifar_names(path: &Path) -> Result<Vec<String>> {
@@ -40,6 +44,37 @@ pub fn parse_cifar_names(path: &Path, bytes: &[u8]) -> Result<Vec<String>> {
         ));
     }
     Ok(names)
+}
+
+/// Checks that `batches.meta.txt` (at `path`) names exactly [`CIFAR_CLASSES`] classes: with
+/// more, a class would have no sample; with fewer, labels would have no name.
+pub fn check_cifar_names(path: &Path, names: &[String]) -> Result<()> {
+    if names.len() == CIFAR_CLASSES {
+        return Ok(());
+    }
+    Err(PrepError::format(
+        path,
+        format!(
+            "{} class names, but CIFAR-10 has {CIFAR_CLASSES} (labels 0..={}); use the batches.meta.txt that came with these batches: one name per line, {CIFAR_CLASSES} lines",
+            names.len(),
+            CIFAR_CLASSES - 1
+        ),
+    ))
+}
+
+/// Refuses a class that none of the training batches' labels has: it would be a class that
+/// cannot be learned (`meta` is named, since it lists the class).
+fn check_every_class_present(meta: &Path, train: &Header) -> Result<()> {
+    let Some(class) = train.class_counts.iter().position(|&c| c == 0) else {
+        return Ok(());
+    };
+    Err(PrepError::format(
+        meta,
+        format!(
+            "class {class} ({:?}) has no sample in data_batch_1.bin ..= data_batch_5.bin; every class listed must have training samples: use the batches.meta.txt and batches of one CIFAR-10 download",
+            train.class_names[class]
+        ),
+    ))
 }
 
 fn require(path: PathBuf, hint: &str) -> Result<PathBuf> {
@@ -96,13 +131,16 @@ fn push_batch_file(path: &Path, writer: &mut PackWriter, num_classes: u32) -> Re
 }
 
 /// Converts a CIFAR-10 binary folder into `out/train.aipk` and `out/val.aipk`. Both splits
-/// are staged before either is renamed into place, so a failure leaves neither.
+/// are staged and replace the earlier ones together ([`commit_all`]), so a failure leaves
+/// the earlier dataset as it was.
 pub fn convert_cifar10(src: &Path, out: &Path) -> Result<Vec<Header>> {
     let meta = require(
         src.join("batches.meta.txt"),
         "the CIFAR-10 binary version's class-name file; is this the 'cifar-10-batches-bin' folder?",
     )?;
     let names = read_cifar_names(&meta)?;
+    check_cifar_names(&meta, &names)?;
+    check_targets(&[split_path(out, "train"), split_path(out, "val")])?;
     let num_classes = u32::try_from(names.len()).unwrap_or(u32::MAX);
     let train: Vec<PathBuf> = (1..=5)
         .map(|i| {
@@ -123,7 +161,7 @@ pub fn convert_cifar10(src: &Path, out: &Path) -> Result<Vec<Header>> {
         for f in &files {
             push_batch_file(f, &mut writer, num_classes)?;
         }
-        staged.push(writer.finish_staged(
+        let pack = writer.finish_staged(
             names.clone(),
             Source {
                 kind: "cifar10".into(),
@@ -133,7 +171,11 @@ pub fn convert_cifar10(src: &Path, out: &Path) -> Result<Vec<Header>> {
                 subset: Some(false),
             },
             0,
-        )?);
+        )?;
+        if split == "train" {
+            check_every_class_present(&meta, pack.header())?;
+        }
+        staged.push(pack);
     }
     commit_all(staged)
 }

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::error::{PrepError, Result};
-use crate::pack::{commit_all, split_path, Header, PackWriter, Source, StagedPack};
+use crate::pack::{check_targets, commit_all, split_path, Header, PackWriter, Source, StagedPack};
 
 /// IDX type code for unsigned bytes, the only element type MNIST-style files use.
 const IDX_U8: u8 = 0x08;
@@ -325,11 +325,24 @@ pub fn convert_idx_split(
     split: &str,
     dataset: IdxDataset,
 ) -> Result<Header> {
-    stage_idx_split(images_path, labels_path, out, split, dataset)?.commit()
+    let data = load_idx_split(images_path, labels_path, dataset)?;
+    stage_idx_split(&data, images_path, labels_path, out, split, dataset)?.commit()
 }
 
-/// Converts one split into a staged pack (see [`StagedPack`]).
+/// Reads and pairs one split's image and label files.
+fn load_idx_split(images_path: &Path, labels_path: &Path, dataset: IdxDataset) -> Result<IdxSplit> {
+    IdxSplit::new(
+        images_path,
+        read_idx(images_path, 3)?,
+        labels_path,
+        read_idx(labels_path, 1)?,
+        dataset.class_names().len() as u32,
+    )
+}
+
+/// Packs one split into a staged pack (see [`StagedPack`]).
 fn stage_idx_split(
+    data: &IdxSplit,
     images_path: &Path,
     labels_path: &Path,
     out: &Path,
@@ -338,13 +351,6 @@ fn stage_idx_split(
 ) -> Result<StagedPack> {
     let names = dataset.class_names();
     let num_classes = names.len() as u32;
-    let data = IdxSplit::new(
-        images_path,
-        read_idx(images_path, 3)?,
-        labels_path,
-        read_idx(labels_path, 1)?,
-        num_classes,
-    )?;
     let mut writer = PackWriter::create(out, split, data.shape(), num_classes)?;
     for (img, label) in data.samples() {
         writer.push(img, label.into(), images_path)?;
@@ -365,8 +371,25 @@ fn stage_idx_split(
     )
 }
 
+/// Refuses validation images whose shape differs from the training images': a model
+/// trained on one shape cannot be validated on another.
+fn check_same_shape(train: (&Path, [u32; 3]), val: (&Path, [u32; 3])) -> Result<()> {
+    let ((train_path, [_, th, tw]), (val_path, [_, vh, vw])) = (train, val);
+    if (th, tw) == (vh, vw) {
+        return Ok(());
+    }
+    Err(PrepError::format(
+        val_path,
+        format!(
+            "validation images are {vh}x{vw} but the training images in {} are {th}x{tw}; both splits must have one shape: use the train-* and t10k-* files of one dataset",
+            train_path.display()
+        ),
+    ))
+}
+
 /// Converts the `train-*` and `t10k-*` files in `src` into `out/train.aipk` and `out/val.aipk`.
-/// Both splits are staged before either is renamed into place, so a failure leaves neither.
+/// Both splits must have the same image shape. Both are staged and replace the earlier ones
+/// together ([`commit_all`]), so a failure leaves the earlier dataset as it was.
 pub fn convert_idx_dir(src: &Path, out: &Path, dataset: IdxDataset) -> Result<Vec<Header>> {
     if !src.is_dir() {
         return Err(PrepError::Missing {
@@ -374,20 +397,24 @@ pub fn convert_idx_dir(src: &Path, out: &Path, dataset: IdxDataset) -> Result<Ve
             hint: format!("a folder with the {} IDX files", dataset.name()),
         });
     }
+    let targets = [split_path(out, "train"), split_path(out, "val")];
+    check_targets(&targets)?;
     let mut inputs = Vec::new();
     for (prefix, split) in [("train", "train"), ("t10k", "val")] {
         let images = find_idx(src, &format!("{prefix}-images-idx3-ubyte"))?;
         let labels = find_idx(src, &format!("{prefix}-labels-idx1-ubyte"))?;
         inputs.push((images, labels, split));
     }
-    let mut staged = Vec::new();
-    for (images, labels, split) in inputs {
+    let mut staged: Vec<StagedPack> = Vec::new();
+    for ((images, labels, split), target) in inputs.iter().zip(&targets) {
+        let data = load_idx_split(images, labels, dataset)?;
+        if let (Some(train), Some((train_images, ..))) = (staged.first(), inputs.first()) {
+            let h = train.header();
+            let train_shape = [h.channels, h.height, h.width];
+            check_same_shape((train_images, train_shape), (images, data.shape()))?;
+        }
         staged.push(stage_idx_split(
-            &images,
-            &labels,
-            &split_path(out, split),
-            split,
-            dataset,
+            &data, images, labels, target, split, dataset,
         )?);
     }
     commit_all(staged)

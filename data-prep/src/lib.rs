@@ -12,4 +12,6 @@ pub mod imagenet;
 pub mod pack;
 
 pub use error::{PrepError, Result};
-pub use pack::{commit_all, split_path, Header, Pack, PackWriter, Source, StagedPack};
+pub use pack::{
+    check_targets, commit_all, split_path, Header, Pack, PackWriter, Source, StagedPack,
+};

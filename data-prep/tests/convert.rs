@@ -9,7 +9,7 @@ use std::process::Command;
 
 use aiperf_data_prep::cifar::convert_cifar10;
 use aiperf_data_prep::idx::{convert_idx_dir, IdxDataset};
-use aiperf_data_prep::imagenet::{convert_imagenet, ImagenetOptions};
+use aiperf_data_prep::imagenet::{convert_imagenet, load_and_crop, ImagenetOptions};
 use aiperf_data_prep::{split_path, Pack, PrepError};
 use common::{assert_no_leftovers, idx_bytes, quiet, write_cifar, write_idx, write_imagenet};
 
@@ -423,8 +423,8 @@ fn cli_converts_and_reports_errors_with_nonzero_exit() {
     );
 }
 
-/// Issue 23: a JPEG cut to half its bytes is refused, naming it and the cut; with
-/// --skip-bad it is skipped and counted. (The decoder fills a cut file with grey silently.)
+/// A JPEG cut to half its bytes is refused, naming it and the cut; with --skip-bad it is
+/// skipped and counted. (Decoders fill a cut file with grey silently.)
 #[test]
 fn regression_a_truncated_jpeg_is_refused_or_skipped_and_counted() {
     let tmp = tempfile::tempdir().unwrap();
@@ -450,17 +450,20 @@ fn regression_a_truncated_jpeg_is_refused_or_skipped_and_counted() {
     };
     let headers = convert_imagenet(&root, &out, &opts).unwrap();
     assert_eq!((headers[0].num_samples, headers[0].skipped), (8, 1));
-    // Whole files pass the check: every other image of the set was packed.
-    assert!(aiperf_data_prep::imagenet::whole_jpeg(&bytes).is_ok());
-    for end in [2, 20, bytes.len() - 2] {
-        assert!(
-            aiperf_data_prep::imagenet::whole_jpeg(&bytes[..end]).is_err(),
-            "cut at {end}"
-        );
+    // Cut in the header or in the scan data: refused. Only the end-of-image marker missing,
+    // every scan whole: the image is complete, and decodes.
+    let probe = tmp.path().join("probe.JPEG");
+    for (end, whole) in [(2, false), (20, false), (bytes.len() - 3, false)] {
+        fs::write(&probe, &bytes[..end]).unwrap();
+        assert_eq!(load_and_crop(&probe, 8).is_ok(), whole, "cut at {end}");
     }
+    fs::write(&probe, &bytes[..bytes.len() - 2]).unwrap();
+    let without_eoi = load_and_crop(&probe, 8).unwrap();
+    fs::write(&probe, &bytes).unwrap();
+    assert_eq!(without_eoi, load_and_crop(&probe, 8).unwrap());
 }
 
-/// Issue 23: the flags of `imagenet` and `info` that cannot work are refused up front,
+/// The flags of `imagenet` and `info` that cannot work are refused up front,
 /// naming the flag or file and the fix, each I/O error said once.
 #[test]
 fn regression_data_prep_flags_and_files_name_themselves() {

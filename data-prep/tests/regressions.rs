@@ -6,6 +6,7 @@
 mod common;
 
 use std::fs;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 
 use aiperf_data_prep::cifar::convert_cifar10;
@@ -15,7 +16,8 @@ use aiperf_data_prep::{split_path, Header, Pack, PackWriter, PrepError, Source};
 use common::alloc_guard::{assert_no_huge_allocation, AllocGuard};
 use common::mutate::rewrite_pack_header;
 use common::{
-    assert_no_leftovers, gz, idx_bytes, jpeg, quiet, write_cifar, write_idx, write_imagenet,
+    assert_no_leftovers, bytes, dataset_bytes, earlier_dataset, gz, idx_bytes, jpeg, quiet,
+    run_mnist, write_cifar, write_idx, write_imagenet,
 };
 
 #[global_allocator]
@@ -341,4 +343,254 @@ fn pack_header_sizes_overflowing_u64_name_the_field_and_values() {
         "{err}"
     );
     assert_no_huge_allocation("pack header sizes");
+}
+
+#[test]
+fn regression_a_read_only_val_aipk_leaves_the_earlier_dataset_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = earlier_dataset(tmp.path(), 12, 6);
+    let val = split_path(&out, "val");
+    let mut perms = fs::metadata(&val).unwrap().permissions();
+    perms.set_readonly(true);
+    fs::set_permissions(&val, perms).unwrap();
+    let before = dataset_bytes(&out);
+    // Refused from the file's mode, so also where root could write to it.
+    let o = run_mnist("", &src, &out);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("val.aipk: read-only") && stderr.contains("chmod u+w"),
+        "{stderr}"
+    );
+    assert!(dataset_bytes(&out) == before, "the earlier dataset changed");
+    assert!(fs::metadata(&val).unwrap().permissions().readonly());
+    assert_no_leftovers(&out);
+}
+
+#[test]
+fn regression_a_folder_named_val_aipk_leaves_the_earlier_dataset_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (src, out) = earlier_dataset(tmp.path(), 12, 6);
+    let val = split_path(&out, "val");
+    fs::remove_file(&val).unwrap();
+    fs::create_dir(&val).unwrap();
+    fs::write(val.join("notes.txt"), "kept").unwrap();
+    let train = fs::read(split_path(&out, "train")).unwrap();
+    let o = run_mnist("", &src, &out);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("val.aipk: a folder") && stderr.contains("move or remove"),
+        "{stderr}"
+    );
+    assert!(fs::read(split_path(&out, "train")).unwrap() == train);
+    assert_eq!(fs::read_to_string(val.join("notes.txt")).unwrap(), "kept");
+    assert_no_leftovers(&out);
+}
+
+#[test]
+fn regression_a_size_limited_write_leaves_the_earlier_dataset_untouched() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The new train.aipk (8 images) fits in 16 blocks of 512 bytes; val.aipk (2000) does not.
+    let (src, out) = earlier_dataset(tmp.path(), 8, 2000);
+    let before = dataset_bytes(&out);
+    // Killed by SIGXFSZ in the middle of writing val.aipk.
+    let o = run_mnist("ulimit -f 16;", &src, &out);
+    assert_eq!(o.status.signal(), Some(25), "SIGXFSZ: {o:?}");
+    assert!(dataset_bytes(&out) == before, "the earlier dataset changed");
+    for e in fs::read_dir(&out).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        if name.contains(".tmp-") {
+            fs::remove_file(out.join(name)).unwrap(); // what a killed process leaves
+        }
+    }
+    // With the signal ignored, the write fails with EFBIG: an error naming the file.
+    let o = run_mnist("trap '' XFSZ; ulimit -f 16;", &src, &out);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("val.aipk.tmp-")
+            && stderr.contains("writing the new pack failed")
+            && stderr.contains("earlier dataset was left as it was"),
+        "{stderr}"
+    );
+    assert!(dataset_bytes(&out) == before, "the earlier dataset changed");
+    assert_no_leftovers(&out);
+}
+
+#[test]
+fn regression_train_and_validation_image_shapes_must_agree() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    write_idx(&src, 3, 2, false);
+    // Fashion-MNIST's 28×28 training images beside 32×32 test images.
+    for (prefix, n, side) in [("train", 3u32, 28u32), ("t10k", 2, 32)] {
+        let pixels = bytes((n * side * side) as usize, side);
+        let images = idx_bytes(&[n, side, side], &pixels);
+        fs::write(src.join(format!("{prefix}-images-idx3-ubyte")), images).unwrap();
+    }
+    let out = tmp.path().join("out");
+    let err = convert_idx_dir(&src, &out, IdxDataset::FashionMnist).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("t10k-images-idx3-ubyte: validation images are 32x32")
+            && msg.contains("train-images-idx3-ubyte are 28x28"),
+        "{msg}"
+    );
+    assert_no_dataset(&out);
+}
+
+/// Replaces a training JPEG with a damaged 400×300 one: refused, naming it and `reason`;
+/// with --skip-bad, skipped and counted.
+fn assert_damaged_jpeg_refused_or_skipped(damage: impl Fn(&[u8]) -> Vec<u8>, reason: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("imagenet");
+    write_imagenet(&root, false);
+    let path = root.join("train/n01484850/n01484850_1.JPEG");
+    jpeg(&path, 400, 300, 2);
+    fs::write(&path, damage(&fs::read(&path).unwrap())).unwrap();
+    let out = tmp.path().join("out");
+    let err = convert_imagenet(&root, &out, &quiet(8)).unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, PrepError::BadJpeg { .. })
+            && msg.contains("n01484850_1.JPEG")
+            && msg.contains(reason)
+            && msg.contains("--skip-bad"),
+        "{msg}"
+    );
+    assert_no_dataset(&out);
+    let opts = ImagenetOptions {
+        skip_bad: true,
+        ..quiet(8)
+    };
+    let headers = convert_imagenet(&root, &out, &opts).unwrap();
+    assert_eq!((headers[0].num_samples, headers[0].skipped), (8, 1));
+}
+
+/// Where the start-of-scan header of `b` ends.
+fn scan_start(b: &[u8]) -> usize {
+    let sos = b.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
+    sos + 2 + usize::from(u16::from_be_bytes([b[sos + 2], b[sos + 3]]))
+}
+
+#[test]
+fn regression_a_jpeg_cut_at_half_with_an_end_of_image_marker_is_refused_or_skipped() {
+    let damage = |b: &[u8]| {
+        assert!(b.len() / 2 > scan_start(b), "the cut lies in the scan data");
+        [&b[..b.len() / 2], &[0xFF, 0xD9][..]].concat()
+    };
+    assert_damaged_jpeg_refused_or_skipped(damage, "truncated or corrupt scan data");
+}
+
+#[test]
+fn regression_a_jpeg_with_headers_but_no_scan_data_is_refused_or_skipped() {
+    let no_data = |b: &[u8]| [&b[..scan_start(b)], &[0xFF, 0xD9][..]].concat();
+    assert_damaged_jpeg_refused_or_skipped(no_data, "truncated or corrupt scan data");
+    // Not even the start-of-scan header.
+    let no_scan = |b: &[u8]| {
+        let sos = b.windows(2).position(|w| w == [0xFF, 0xDA]).unwrap();
+        [&b[..sos], &[0xFF, 0xD9][..]].concat()
+    };
+    assert_damaged_jpeg_refused_or_skipped(no_scan, "headers but no scan data");
+}
+
+#[test]
+fn regression_a_val_labels_file_giving_one_image_two_classes_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("imagenet");
+    write_imagenet(&root, true);
+    let labels = root.join("two.csv");
+    let mut csv = fs::read_to_string(root.join("LOC_val_solution.csv")).unwrap();
+    csv.push_str("ILSVRC2012_val_00000001,n01484850 1 2 3 4\n");
+    fs::write(&labels, csv).unwrap();
+    let opts = ImagenetOptions {
+        val_labels: Some(labels),
+        ..quiet(8)
+    };
+    let out = tmp.path().join("out");
+    let msg = convert_imagenet(&root, &out, &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("two.csv: image ILSVRC2012_val_00000001 is given two classes")
+            && msg.contains("n01443537 (line 3) and n01484850 (line 5)"),
+        "{msg}"
+    );
+    assert_no_dataset(&out);
+}
+
+#[test]
+fn regression_a_val_labels_file_contradicting_the_val_class_folders_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("imagenet");
+    write_imagenet(&root, false);
+    let labels = root.join("val.txt");
+    let out = tmp.path().join("out");
+    let opts = ImagenetOptions {
+        val_labels: Some(labels.clone()),
+        ..quiet(8)
+    };
+    // Agreeing with the folders (and silent on v2): fine.
+    fs::write(&labels, "v0 n01440764\nv1 n01443537\n").unwrap();
+    convert_imagenet(&root, &out, &opts).unwrap();
+    let before = dataset_bytes(&out);
+    fs::write(&labels, "v0 n01440764\nv1 n01484850\n").unwrap();
+    let msg = convert_imagenet(&root, &out, &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("val.txt: image v1 is in the class folder n01443537")
+            && msg.contains("gives it class n01484850"),
+        "{msg}"
+    );
+    assert!(dataset_bytes(&out) == before);
+    assert_no_leftovers(&out);
+}
+
+/// Converts a CIFAR-10 folder changed by `edit`; returns the error, no dataset written.
+fn cifar_error(edit: impl FnOnce(&Path)) -> String {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src");
+    write_cifar(&src, 2);
+    edit(&src);
+    let out = tmp.path().join("out");
+    let err = convert_cifar10(&src, &out).unwrap_err().to_string();
+    assert_no_dataset(&out);
+    err
+}
+
+#[test]
+fn regression_cifar_class_names_must_match_the_labels_present() {
+    let meta = |src: &Path| src.join("batches.meta.txt");
+    // 11 names: the 11th would be a class without a sample.
+    let msg = cifar_error(|src| {
+        let names = fs::read_to_string(meta(src)).unwrap();
+        fs::write(meta(src), names + "unicorn\n").unwrap();
+    });
+    assert!(
+        msg.contains("batches.meta.txt: 11 class names, but CIFAR-10 has 10"),
+        "{msg}"
+    );
+    // 3 names: the meta file is blamed, not a batch whose labels reach 9.
+    let msg = cifar_error(|src| fs::write(meta(src), "a\nb\nc\n").unwrap());
+    assert!(
+        msg.contains("batches.meta.txt: 3 class names") && !msg.contains("data_batch"),
+        "{msg}"
+    );
+    // 10 names, but no training record of class 9.
+    let msg = cifar_error(|src| {
+        for i in 1..=5 {
+            let p = src.join(format!("data_batch_{i}.bin"));
+            let mut b = fs::read(&p).unwrap();
+            for r in b.chunks_exact_mut(3073).filter(|r| r[0] == 9) {
+                r[0] = 0;
+            }
+            fs::write(&p, b).unwrap();
+        }
+    });
+    assert!(
+        msg.contains("batches.meta.txt: class 9 (\"truck\") has no sample"),
+        "{msg}"
+    );
 }

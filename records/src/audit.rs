@@ -15,6 +15,7 @@ use sha2::{Digest as _, Sha256};
 
 use crate::digest::{self, Digest};
 use crate::error::RecordError;
+use crate::outputs;
 use crate::schema::{AttrKind, AttrSpec, AttrValue, EpochRow, TrialRow, Written, SCHEMA_VERSION};
 use crate::source::Source;
 use crate::writer::{write_attr, write_text_attr};
@@ -315,19 +316,40 @@ impl Audit {
     }
 
     /// Writes `path` (refusing to replace an existing file), sealed; returns the audit
-    /// digest.
+    /// digest. The file is written under a temporary name in the same folder and appears
+    /// under `path` only once complete and closed ([`outputs::Staged::commit_new`]), so that
+    /// a failure part way leaves no half audit behind (HDF5 records no file name: the
+    /// bytes are the same).
     pub fn write(&self, path: &Path) -> Result<Digest, RecordError> {
+        let exists = || RecordError::Hdf5 {
+            path: path.into(),
+            message: "exists: an audit is never replaced; move it away to audit again".into(),
+        };
+        let io = |error: std::io::Error| RecordError::Io {
+            path: path.into(),
+            error,
+        };
+        if path.exists() {
+            return Err(exists());
+        }
+        let (staged, reserved) = outputs::Staged::new(path).map_err(io)?;
+        drop(reserved);
+        let sealed = self.write_file(staged.path(), path)?;
+        match staged.commit_new() {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(exists()),
+            Err(e) => Err(io(e)),
+            Ok(()) => Ok(sealed),
+        }
+    }
+
+    /// Writes the sealed audit into the HDF5 file `tmp` and closes it; errors name `path`,
+    /// the file it is written for.
+    fn write_file(&self, tmp: &Path, path: &Path) -> Result<Digest, RecordError> {
         let h5 = |e: hdf5::Error| RecordError::Hdf5 {
             path: path.into(),
             message: e.to_string(),
         };
-        if path.exists() {
-            return Err(RecordError::Hdf5 {
-                path: path.into(),
-                message: "exists: an audit is never replaced; move it away to audit again".into(),
-            });
-        }
-        let file = File::create(path).map_err(h5)?;
+        let file = File::create(tmp).map_err(h5)?;
         let mut rows = self.rows.clone();
         digest::seal(digest::chain_seed(AUDIT_FILE, "epochs"), &mut rows);
         file.new_dataset_builder()
@@ -347,6 +369,7 @@ impl Audit {
         let sealed = digest::run_digest(&attrs);
         write_text_attr(&file, path, attr::AUDIT_DIGEST, &digest::hex(&sealed))?;
         file.flush().map_err(h5)?;
+        file.close().map_err(h5)?;
         Ok(sealed)
     }
 }

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
+use crate::outputs::{self, Flag, Records};
 use crate::{digest, plots, read_run, report, score};
 
 /// Arguments of `aiperf score`.
@@ -99,7 +100,8 @@ fn write_csv(path: &Path, scores: &[score::Score]) -> anyhow::Result<()> {
             csv.split_once('\n').map_or("", |x| x.1)
         });
     }
-    std::fs::write(path, out).with_context(|| format!("writing {}", path.display()))?;
+    outputs::write_atomic(path, out.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
@@ -115,9 +117,59 @@ fn write_trace(path: &Path, runs: &[crate::Run]) -> anyhow::Result<()> {
             run.dir.display()
         )
     })?;
-    std::fs::write(path, serde_json::to_string(&doc)?)
+    outputs::write_atomic(path, serde_json::to_string(&doc)?.as_bytes())
         .with_context(|| format!("writing {}", path.display()))?;
     eprintln!("trace: {}", path.display());
+    Ok(())
+}
+
+/// The folder of each run's report under `--report DIR`: `DIR` itself for one run, else
+/// `DIR/<i>-<run folder's name>`.
+fn report_dirs(out: &Path, runs: &[PathBuf]) -> Vec<PathBuf> {
+    if runs.len() == 1 {
+        return vec![out.to_path_buf()];
+    }
+    runs.iter()
+        .enumerate()
+        .map(|(i, run)| {
+            let name = run
+                .file_name()
+                .map_or("run".into(), |n| n.to_string_lossy().into_owned());
+            out.join(format!("{i}-{name}"))
+        })
+        .collect()
+}
+
+/// Refuses, before anything is read or written, every output that would destroy one of the
+/// records read or pose as one ([`outputs::Records::check`]): `--csv`, `--trace`, and
+/// `--report`'s folders and every file it would write into them.
+///
+/// `--report` may name a run folder itself: its files (`index.html`, `<plot>.svg`/`.png`,
+/// `scaling.svg`/`.png`) are never `*.h5` names, so they destroy no record there and
+/// leave the run readable; only where one of those names is already a link to a record
+/// (symbolic or hard) is the report refused.
+fn check_outputs(args: &ScoreArgs) -> anyhow::Result<()> {
+    let records = Records::of(&args.runs);
+    for (flag, path) in [(Flag::Csv, &args.csv), (Flag::Trace, &args.trace)] {
+        if let Some(path) = path {
+            records.check(flag, path, path)?;
+        }
+    }
+    if let Some(out) = &args.report {
+        records.check(Flag::Report, out, out)?;
+        let mut files = if args.scaling {
+            plots::scaling_files(out)
+        } else {
+            Vec::new()
+        };
+        for dir in report_dirs(out, &args.runs) {
+            records.check(Flag::Report, out, &dir)?;
+            files.extend(plots::report_files(&dir));
+        }
+        for file in files {
+            records.check(Flag::Report, out, &file)?;
+        }
+    }
     Ok(())
 }
 
@@ -134,6 +186,7 @@ pub fn run(args: &ScoreArgs) -> anyhow::Result<Outcome> {
         Some(hex) => Some(digest::parse_hex(hex).map_err(|e| anyhow::anyhow!("--digest {e}"))?),
         None => None,
     };
+    check_outputs(args)?;
     let mut scores = Vec::new();
     let mut runs = Vec::new();
     for dir in &args.runs {
@@ -165,16 +218,7 @@ pub fn run(args: &ScoreArgs) -> anyhow::Result<Outcome> {
         write_trace(path, &runs)?;
     }
     if let Some(out) = &args.report {
-        for (i, (run, s)) in runs.iter().zip(&scores).enumerate() {
-            let dir = if runs.len() == 1 {
-                out.clone()
-            } else {
-                let name = run
-                    .dir
-                    .file_name()
-                    .map_or("run".into(), |n| n.to_string_lossy().into_owned());
-                out.join(format!("{i}-{name}"))
-            };
+        for ((run, s), dir) in runs.iter().zip(&scores).zip(report_dirs(out, &args.runs)) {
             let (_, warning) = plots::write_report(&dir, run, s).map_err(anyhow::Error::msg)?;
             if let Some(w) = warning {
                 eprintln!("warning: {w}");

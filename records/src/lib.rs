@@ -12,6 +12,7 @@ pub mod error;
 mod h5guard;
 mod h5msg;
 pub mod integrity;
+pub mod outputs;
 pub mod plots;
 pub mod reader;
 pub mod recount;

@@ -5,7 +5,7 @@
 //! the page is written without plots and says how to get them.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use plotters::coord::types::RangedCoordf64;
@@ -14,6 +14,10 @@ use plotters::prelude::*;
 use crate::reader::Run;
 use crate::report;
 use crate::score::Score;
+
+mod files;
+
+pub use files::{report_files, scaling_files, write_report, write_scaling};
 
 /// Where fonts usually are.
 const FONT_PATHS: [&str; 4] = [
@@ -458,61 +462,6 @@ fn draw_scaling<DB: DrawingBackend>(
     });
     chart.draw_series(labels).map_err(e)?;
     area.present().map_err(e)
-}
-
-/// Writes `scaling.svg` and `scaling.png` into `dir`; returns them.
-pub fn write_scaling(dir: &Path, scores: &[Score]) -> Result<Vec<PathBuf>, String> {
-    font().as_ref().map_err(Clone::clone)?;
-    std::fs::create_dir_all(dir).map_err(|err| format!("{}: {err}", dir.display()))?;
-    let (svg, png) = (dir.join("scaling.svg"), dir.join("scaling.png"));
-    draw_scaling(
-        scores,
-        &SVGBackend::new(&svg, (900, 450)).into_drawing_area(),
-    )
-    .map_err(|err| format!("{}: {err}", svg.display()))?;
-    draw_scaling(
-        scores,
-        &BitMapBackend::new(&png, (900, 450)).into_drawing_area(),
-    )
-    .map_err(|err| format!("{}: {err}", png.display()))?;
-    Ok(vec![svg, png])
-}
-
-/// Writes the report for `run` into `dir`: the plots (when a font is available) and
-/// `index.html`. Returns the files written and any warning.
-pub fn write_report(
-    dir: &Path,
-    run: &Run,
-    s: &Score,
-) -> Result<(Vec<PathBuf>, Option<String>), String> {
-    std::fs::create_dir_all(dir).map_err(|err| format!("{}: {err}", dir.display()))?;
-    let mut files = Vec::new();
-    let mut warning = None;
-    let plots = ["ops", "error", "trials", "utilisation"];
-    match font() {
-        Ok(_) => {
-            for name in plots {
-                for ext in ["svg", "png"] {
-                    let path = dir.join(format!("{name}.{ext}"));
-                    let result = if ext == "svg" {
-                        let area = SVGBackend::new(&path, (900, 450)).into_drawing_area();
-                        draw_named(name, run, s, &area)
-                    } else {
-                        let area = BitMapBackend::new(&path, (900, 450)).into_drawing_area();
-                        draw_named(name, run, s, &area)
-                    };
-                    result.map_err(|err| format!("{}: {err}", path.display()))?;
-                    files.push(path);
-                }
-            }
-        }
-        Err(why) => warning = Some(why.clone()),
-    }
-    let html = dir.join("index.html");
-    std::fs::write(&html, page(run, s, warning.is_none()))
-        .map_err(|err| format!("{}: {err}", html.display()))?;
-    files.push(html);
-    Ok((files, warning))
 }
 
 fn draw_named<DB: DrawingBackend>(

@@ -25,6 +25,8 @@ use crate::train::Trainer;
 pub struct RunContext {
     /// Where the records go.
     pub results: PathBuf,
+    /// This job's claim on `results` (`claim::identity`), checked before the first record.
+    pub claim: String,
     /// The start architecture.
     pub start: Graph,
     /// How this rank trains.
@@ -120,6 +122,7 @@ pub fn run_primary(
             dataset_json: serde_json::to_string(&start.dataset).expect("plain data"),
             search_json: serde_json::to_string(&search_record(preset)).expect("plain data"),
         };
+        super::claim::confirm(&ctx.results, &ctx.claim)?;
         (PrimaryWriter::create(&ctx.results, &meta)?, None)
     };
     let mut p = Primary::new(writer, pcfg)?;

@@ -145,6 +145,19 @@ fn set_results_hint(dir: &std::path::Path) {
     let _ = RESULTS.set(dir.display().to_string());
 }
 
+/// A result every rank computed alike: rank 0 prints the error, the others exit silently.
+pub(crate) fn once<T>(
+    world: &mpi::topology::SimpleCommunicator,
+    r: anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    use mpi::traits::Communicator;
+    match r {
+        Ok(v) => Ok(v),
+        Err(e) if world.rank() == 0 => Err(e),
+        Err(_) => Err(Silent.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::merge_errors;

@@ -69,7 +69,9 @@ pub fn comm_bench(a: CommBenchArgs) -> anyhow::Result<()> {
     )];
     if let Some(g) = a.group_size {
         if g == 0 || !(world.size() as usize).is_multiple_of(g) {
-            bail!("--group-size {g} must divide the {} ranks", world.size());
+            // Every rank finds it alike: said once, by rank 0.
+            let bad = anyhow::anyhow!("--group-size {g} must divide the {} ranks", world.size());
+            return super::once(&world, Err(bad));
         }
         let color = Color::with_value(world.rank() / g as i32);
         let group = world

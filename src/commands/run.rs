@@ -13,9 +13,10 @@ use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::Communicator;
 
-use super::{agree, init_mpi, set_results_hint, Silent};
+use super::{agree, init_mpi, once, set_results_hint};
 use crate::arch::{self, Graph};
 use crate::cluster::bootstrap::{self, Placement};
+use crate::cluster::claim;
 use crate::cluster::run::{run_role, RunContext, StartRecord};
 use crate::cluster::transport::broadcast_value;
 use crate::config::{RecordedConfig, RunFlags, TrainerKind};
@@ -58,7 +59,7 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from(format!("results/run-{}", common.t0_s as u64)));
     if flags.resume.is_none() {
         let mine =
-            (world.rank() == 0).then(|| fresh_results(&results).map_err(|e| format!("{e:#}")));
+            (world.rank() == 0).then(|| claim::check_fresh(&results).map_err(|e| format!("{e:#}")));
         let fresh: Result<(), String> = broadcast_value(&world, mine.as_ref())?;
         once(&world, fresh.map_err(anyhow::Error::msg))?;
     }
@@ -70,12 +71,13 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     resolve_exchange(&world, group_comm.as_ref(), &mut config);
     let built = trainer(&world, &config, &place, &flags);
     let (trainer, start_graph, dataset) = agree(&world, built)?;
+    let claim = claim_results(&world, &results, common.t0_s, flags.resume.is_some())?;
     // Every rank or none goes on to its role: one rank's failure here must not leave the
     // others waiting in it.
     let built = context(
         &config,
         &common,
-        results.clone(),
+        (results.clone(), claim),
         saved.is_some(),
         trainer,
         start_graph,
@@ -146,61 +148,26 @@ fn resolve_exchange(
     }
 }
 
-/// Rank 0, for a fresh run: `dir` must not hold a run's records — aiperf never replaces them.
-fn fresh_results(dir: &Path) -> anyhow::Result<()> {
-    if !dir.exists() {
-        return creatable(dir);
-    }
-    let entries = std::fs::read_dir(dir).map_err(|e| {
-        anyhow::anyhow!(
-            "--results {}: {e} (give a folder aiperf may read and write)",
-            dir.display()
-        )
-    })?;
-    let records: Vec<String> = entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| {
-            n == aiperf_records::schema::PRIMARY_FILE
-                || (n.starts_with("group-") && n.ends_with(".h5"))
-        })
-        .collect();
-    if let Some(first) = records.iter().min() {
-        bail!(
-            "--results {}: holds the records of a run ({first}{}): aiperf never overwrites them; continue that run with `aiperf run --resume {}`, or give a new folder",
-            dir.display(),
-            if records.len() > 1 { ", …" } else { "" },
-            dir.display()
-        );
-    }
-    Ok(())
-}
-
-/// Whether the folder `dir` (absent) can be created: its nearest existing ancestor must be
-/// a writable folder. Checked before the run starts, so the run never fails there later.
-fn creatable(dir: &Path) -> anyhow::Result<()> {
-    let mut at = dir;
-    let ancestor = loop {
-        match at.parent() {
-            Some(p) if p.as_os_str().is_empty() => break Path::new("."),
-            Some(p) if p.exists() => break p,
-            Some(p) => at = p,
-            None => break Path::new("/"),
-        }
-    };
-    let refuse = |why: &str| {
-        anyhow::anyhow!(
-            "--results {}: cannot be created: {} {why} (give another folder)",
-            dir.display(),
-            ancestor.display()
-        )
-    };
-    if !ancestor.is_dir() {
-        return Err(refuse("is not a folder"));
-    }
-    if !crate::platform::writable(ancestor) {
-        return Err(refuse("is not writable"));
-    }
-    Ok(())
+/// Collective, once every check has passed: rank 0 claims the results folder for this job
+/// (a resumed run takes the claim over) and every rank learns the claim, which each writer
+/// checks again before its first record.
+fn claim_results(
+    world: &SimpleCommunicator,
+    results: &Path,
+    t0_s: f64,
+    resume: bool,
+) -> anyhow::Result<String> {
+    let mine = (world.rank() == 0).then(|| {
+        let me = claim::identity(t0_s);
+        let claimed = if resume {
+            claim::reclaim(results, &me)
+        } else {
+            claim::claim_fresh(results, &me)
+        };
+        claimed.map(|()| me).map_err(|e| format!("{e:#}"))
+    });
+    let claimed: Result<String, String> = broadcast_value(world, mine.as_ref())?;
+    once(world, claimed.map_err(anyhow::Error::msg))
 }
 
 /// `--print-config`: the resolved preset as a preset file.
@@ -243,9 +210,31 @@ fn placement(
 fn print_score(results: &Path, config: &RecordedConfig) -> anyhow::Result<()> {
     let p = &config.preset;
     let run = aiperf_records::read_run(results)?;
-    let s = aiperf_records::score(&run, p.score_interval_s.min(p.duration_s / 4.0))?;
+    let s = aiperf_records::score(&run, p.score_interval_s.min(p.duration_s / 4.0))
+        .map_err(|e| anyhow::anyhow!("{e}{}", diverged(&run, config)))?;
     print!("{}", aiperf_records::report::text(&s));
     Ok(())
+}
+
+/// When every trial failed (their losses non-finite), the settings that make training
+/// diverge, named with their values; else nothing.
+fn diverged(run: &aiperf_records::Run, config: &RecordedConfig) -> String {
+    use aiperf_records::schema::TrialStatus;
+    let all_failed =
+        !run.trials.is_empty() && run.trials.iter().all(|t| t.status == TrialStatus::Failed);
+    if !all_failed {
+        return String::new();
+    }
+    let t = &config.preset.train;
+    format!(
+        ": every trial's loss was non-finite, so training diverges with these settings: train.lr_per_256 {}, train.momentum {}, train.weight_decay {}, train.warmup_epochs {}, train.label_smoothing {}, precision {} (lower the learning rate or weight decay in the preset; `aiperf run --print-config` shows them)",
+        t.lr_per_256,
+        t.momentum,
+        t.weight_decay,
+        t.warmup_epochs,
+        t.label_smoothing,
+        t.precision.name()
+    )
 }
 
 /// What every rank's role needs; also arms SIGTERM/SIGINT: the primary stops the run as
@@ -254,7 +243,7 @@ fn print_score(results: &Path, config: &RecordedConfig) -> anyhow::Result<()> {
 fn context(
     config: &RecordedConfig,
     common: &bootstrap::Common,
-    results: PathBuf,
+    (results, claim): (PathBuf, String),
     resume: bool,
     trainer: Box<dyn Trainer>,
     start: Graph,
@@ -266,6 +255,7 @@ fn context(
     let p = &config.preset;
     Ok(RunContext {
         results,
+        claim,
         start,
         epochs: p.epochs,
         patience_scale: p.patience_scale,
@@ -297,15 +287,6 @@ fn precision_name(config: &RecordedConfig, flags: &RunFlags) -> String {
     match flags.fault {
         Some(_) => format!("{base}, fault-injected"),
         None => base.to_string(),
-    }
-}
-
-/// A result every rank computed alike: rank 0 prints the error, the others exit silently.
-fn once<T>(world: &SimpleCommunicator, r: anyhow::Result<T>) -> anyhow::Result<T> {
-    match r {
-        Ok(v) => Ok(v),
-        Err(e) if world.rank() == 0 => Err(e),
-        Err(_) => Err(Silent.into()),
     }
 }
 
@@ -467,12 +448,7 @@ fn real_trainer(
         arch::Shape::new(h.channels, oh, ow),
         h.num_classes,
     )?;
-    if val.header().num_classes != h.num_classes {
-        bail!(
-            "{}: train and val splits have different class counts",
-            dir.display()
-        );
-    }
+    crate::data::same_shape(&dir, &h, val.header())?;
     check_counts(flags, &dir, h.num_samples, val.header().num_samples)?;
     check_batch_fits(config, place, h.num_samples)?;
     if p.train.precision.autocasts() && place.device == tch::Device::Cpu && place.local.is_some() {

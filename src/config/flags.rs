@@ -145,7 +145,7 @@ pub struct RunFlags {
     /// [default: 30].
     #[arg(long)]
     pub monitor_interval: Option<f64>,
-    /// Test double: inject a fault (hang:GROUP, panic:RANK, nan:MODEL). For the project's
+    /// Test double: inject a fault (hang:GROUP, panic:RANK, nan:ROUND, nan:all). For the project's
     /// tests only; a run with a fault is never VALID.
     #[arg(long, hide = true)]
     pub fault: Option<crate::train::fault::Fault>,
@@ -196,8 +196,17 @@ impl RunFlags {
 /// Parses `--batch-size`: `MIN:MAX` or one size.
 pub fn parse_batch_size(text: &str) -> Result<(u32, u32), String> {
     let parse = |v: &str| {
-        v.trim().parse::<u32>().map_err(|_| {
-            format!("--batch-size {text:?}: expected MIN:MAX or one size, e.g. 32:128 or 64")
+        let v = v.trim();
+        v.parse::<u32>().map_err(|_| {
+            if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) {
+                // A whole number, too large: name it and the limit.
+                format!(
+                    "--batch-size {text:?}: {v} is too large (at most {})",
+                    crate::config::MAX_BATCH
+                )
+            } else {
+                format!("--batch-size {text:?}: expected MIN:MAX or one size, e.g. 32:128 or 64")
+            }
         })
     };
     match text.split_once(':') {

@@ -391,6 +391,8 @@ impl RecordedConfig {
 }
 
 #[cfg(test)]
+mod bounds_tests;
+#[cfg(test)]
 mod rules_tests;
 #[cfg(test)]
 mod tests;

@@ -54,6 +54,12 @@ pub const MAX_EPOCHS: u32 = 10_000;
 /// The largest per-rank batch size.
 pub const MAX_BATCH: u32 = 65_536;
 
+/// The largest `train.lr_per_256`: far above any trainable rate, and kept finite in the
+/// optimizer's single precision at any global batch.
+pub const MAX_LR_PER_256: f64 = 100.0;
+/// The largest `train.weight_decay` (a decay of 1 already zeroes weights each step).
+pub const MAX_WEIGHT_DECAY: f64 = 1.0;
+
 /// The largest `train.trace_steps` (`--trace-steps`).
 pub const MAX_TRACE_STEPS: u32 = 1 << 20;
 /// The smallest and largest exchange bucket, bytes (`train.exchange.bucket_bytes`,
@@ -159,12 +165,7 @@ impl Preset {
         }
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("--config {}: {e}", path.display()))?;
-        let p: Preset = serde_json::from_str(&text).map_err(|e| {
-            format!(
-                "--config {}: {e} (write a complete preset; `aiperf run --print-config` shows one)",
-                path.display()
-            )
-        })?;
+        let p = parse(&text).map_err(|e| format!("--config {}: {e}", path.display()))?;
         p.validate()
             .map_err(|e| format!("--config {}: {e}", path.display()))?;
         Ok(p)
@@ -251,13 +252,68 @@ impl Preset {
     }
 }
 
+/// The forms of a preset's keys that are not plain numbers or strings, for messages.
+const FORMS: &[(&str, &str)] = &[
+    (
+        "batch_size",
+        "a [min, max] pair of integers, e.g. [32, 256]",
+    ),
+    ("kernel_sizes", "a list of odd integers, e.g. [3, 5, 7]"),
+    ("scale", "a [min, max] pair, e.g. [0.08, 1.0]"),
+    ("ratio", "a [min, max] pair, e.g. [0.75, 1.3333]"),
+];
+
+/// A preset file's text as a preset: an error names the key (its path in the JSON) and, for
+/// the keys that are not plain values, the form expected.
+pub fn parse(text: &str) -> Result<Preset, String> {
+    let de = &mut serde_json::Deserializer::from_str(text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e.path().to_string();
+        let last = e
+            .path()
+            .iter()
+            .filter_map(|s| match s {
+                serde_path_to_error::Segment::Map { key } => Some(key.as_str()),
+                _ => None,
+            })
+            .next_back()
+            .unwrap_or("");
+        let form = FORMS
+            .iter()
+            .find(|(k, _)| *k == last)
+            .map_or(String::new(), |(_, f)| format!("; expected {f}"));
+        format!(
+            "at `{key}`: {}{form} (write a complete preset; `aiperf run --print-config` shows one)",
+            e.inner()
+        )
+    })
+}
+
 /// The training settings' ranges.
 fn check_train(t: &TrainConfig) -> Result<(), String> {
-    if !positive(t.lr_per_256) || !(0.0..1.0).contains(&t.momentum) {
-        return Err("train.lr_per_256 must be positive and train.momentum in [0, 1)".into());
+    if !positive(t.lr_per_256) || t.lr_per_256 > MAX_LR_PER_256 {
+        return Err(format!(
+            "train.lr_per_256 must be positive and at most {MAX_LR_PER_256}, got {}",
+            t.lr_per_256
+        ));
     }
-    if !non_negative(t.weight_decay) || !(0.0..1.0).contains(&t.label_smoothing) {
-        return Err("train.weight_decay must be >= 0 and train.label_smoothing in [0, 1)".into());
+    if !(0.0..1.0).contains(&t.momentum) {
+        return Err(format!(
+            "train.momentum must be in [0, 1), got {}",
+            t.momentum
+        ));
+    }
+    if !non_negative(t.weight_decay) || t.weight_decay > MAX_WEIGHT_DECAY {
+        return Err(format!(
+            "train.weight_decay must be from 0 to {MAX_WEIGHT_DECAY}, got {}",
+            t.weight_decay
+        ));
+    }
+    if !(0.0..1.0).contains(&t.label_smoothing) {
+        return Err(format!(
+            "train.label_smoothing must be in [0, 1), got {}",
+            t.label_smoothing
+        ));
     }
     if !non_negative(t.warmup_epochs) || t.warmup_epochs > f64::from(MAX_EPOCHS) {
         return Err(format!(

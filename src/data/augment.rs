@@ -70,8 +70,8 @@ impl Augment {
                     Err(format!(
                         "random-resized-crop size must be in 1..={MAX_SIDE}, got {size}"
                     ))
-                } else if !range_ok(scale) || scale.1 > 1.0 || !range_ok(ratio) {
-                    Err(format!("random-resized-crop needs 0 < scale.min <= scale.max <= 1 and 0 < ratio.min <= ratio.max, got scale {scale:?}, ratio {ratio:?}"))
+                } else if !range_ok(scale) || scale.1 > 1.0 || !range_ok(ratio) || ratio.1 > 100.0 {
+                    Err(format!("random-resized-crop needs 0 < scale.min <= scale.max <= 1 and 0 < ratio.min <= ratio.max <= 100, got scale {scale:?}, ratio {ratio:?}"))
                 } else {
                     Ok(())
                 }

@@ -43,3 +43,26 @@ pub fn open_split(dir: &std::path::Path, split: &str) -> Result<std::sync::Arc<P
 
 #[cfg(test)]
 mod tests;
+
+/// The validation split must hold images of the training split's shape and classes: the
+/// records count validation operations at the training input's size.
+pub fn same_shape(dir: &std::path::Path, t: &Header, v: &Header) -> anyhow::Result<()> {
+    let shape = |h: &Header| format!("{}x{}x{}", h.height, h.width, h.channels);
+    if (t.height, t.width, t.channels) != (v.height, v.width, v.channels) {
+        anyhow::bail!(
+            "{}: train.aipk holds {} images, val.aipk {}: both splits must have one shape (pack them again with aiperf-data-prep)",
+            dir.display(),
+            shape(t),
+            shape(v)
+        );
+    }
+    if v.num_classes != t.num_classes {
+        anyhow::bail!(
+            "{}: train and val splits have different class counts ({} and {})",
+            dir.display(),
+            t.num_classes,
+            v.num_classes
+        );
+    }
+    Ok(())
+}

@@ -28,23 +28,29 @@ pub enum Fault {
         /// The round.
         round: u32,
     },
+    /// Every trial reports a non-finite loss from its first epoch on (training that
+    /// diverges at once, as with a learning rate far too high).
+    NonFiniteAll,
 }
 
 impl std::str::FromStr for Fault {
     type Err = String;
 
-    /// `hang:GROUP`, `panic:RANK` or `nan:ROUND`.
+    /// `hang:GROUP`, `panic:RANK`, `nan:ROUND` or `nan:all`.
     fn from_str(s: &str) -> Result<Self, String> {
+        if s == "nan:all" {
+            return Ok(Fault::NonFiniteAll);
+        }
         let (kind, n) = s.split_once(':').unwrap_or((s, ""));
-        let n: u32 = n
-            .parse()
-            .map_err(|_| format!("--fault {s:?}: expected hang:GROUP, panic:RANK or nan:ROUND"))?;
+        let n: u32 = n.parse().map_err(|_| {
+            format!("--fault {s:?}: expected hang:GROUP, panic:RANK, nan:ROUND or nan:all")
+        })?;
         match kind {
             "hang" => Ok(Fault::Hang { group: n }),
             "panic" => Ok(Fault::Panic { rank: n }),
             "nan" => Ok(Fault::NonFinite { round: n }),
             _ => Err(format!(
-                "--fault {s:?}: expected hang:GROUP, panic:RANK or nan:ROUND"
+                "--fault {s:?}: expected hang:GROUP, panic:RANK, nan:ROUND or nan:all"
             )),
         }
     }
@@ -109,6 +115,12 @@ impl TrialRun for FaultyRun<'_> {
                 e.train_loss = f64::NAN;
                 Ok(e)
             }
+            Fault::NonFiniteAll => {
+                let mut e = self.inner.epoch(epoch, stop)?;
+                e.non_finite = !e.abandoned;
+                e.train_loss = f64::NAN;
+                Ok(e)
+            }
             _ => self.inner.epoch(epoch, stop),
         }
     }
@@ -127,6 +139,7 @@ mod tests {
         assert_eq!("hang:1".parse(), Ok(Fault::Hang { group: 1 }));
         assert_eq!("panic:2".parse(), Ok(Fault::Panic { rank: 2 }));
         assert_eq!("nan:0".parse(), Ok(Fault::NonFinite { round: 0 }));
+        assert_eq!("nan:all".parse(), Ok(Fault::NonFiniteAll));
         for bad in ["hang", "explode:1", "panic:-1"] {
             assert!(bad.parse::<Fault>().unwrap_err().contains("--fault"));
         }

@@ -1,7 +1,9 @@
 //! The packed dataset format (`.aipk`) that training reads: one file per split holding a
 //! fixed preamble, uint8 images in N×C×H×W order, u16 labels, and a JSON header with the
-//! shape, classes, counts, statistics and checksum. Written to a temporary name and renamed
-//! when complete ([`write`]); read through a memory map for fast random access ([`read`]).
+//! shape, classes, counts, statistics and checksum. Written to a temporary name beside the
+//! target ([`mod@write`]) and put into place, every split of a dataset together and all or
+//! nothing, only when complete ([`commit`]); read through a memory map for fast random
+//! access ([`read`]).
 //!
 //! Layout (little-endian), documented for other readers in `data-prep/README.md`:
 //!
@@ -21,11 +23,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod commit;
 pub mod read;
 pub mod write;
 
+pub use commit::{check_targets, commit_all};
 pub use read::Pack;
-pub use write::{commit_all, PackWriter, StagedPack};
+pub use write::{PackWriter, StagedPack};
 
 /// The 8 magic bytes that open every packed file.
 pub const MAGIC: &[u8; 8] = b"AIPERFPK";

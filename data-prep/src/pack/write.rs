@@ -1,13 +1,14 @@
-//! Writing packs: [`PackWriter`] streams one split into a temporary file; finishing it yields
-//! a [`StagedPack`], complete and synced but still under its temporary name, which
-//! [`StagedPack::commit`] renames into place. A converter that writes several splits stages
-//! them all and renames them together with [`commit_all`], so a failure in any split leaves
-//! none of the new splits behind.
+//! Writing packs: [`PackWriter`] streams one split into a temporary file beside its target;
+//! finishing it yields a [`StagedPack`], complete and synced but still under its temporary
+//! name, which [`StagedPack::commit`] puts into place. A converter that writes several
+//! splits stages them all and replaces them together with [`commit_all`]: a failure in any
+//! split, or in replacing any target, leaves the earlier dataset as it was.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use super::commit::commit_all;
 use super::{Header, Source, FORMAT_VERSION, IMAGES_OFFSET, MAGIC, MAX_CLASSES, PREAMBLE_BYTES};
 use crate::error::{PrepError, Result};
 
@@ -63,7 +64,7 @@ impl PackWriter {
         let file = File::create(&tmp_path).map_err(|e| PrepError::io(&tmp_path, e))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&[0u8; IMAGES_OFFSET as usize])
-            .map_err(|e| PrepError::io(&tmp_path, e))?;
+            .map_err(|e| write_failed(&tmp_path, e))?;
         Ok(PackWriter {
             path: path.to_path_buf(),
             tmp_path,
@@ -128,7 +129,7 @@ impl PackWriter {
         self.crc.update(chw);
         let out = self.out.as_mut().expect("writer used after finish");
         out.write_all(chw)
-            .map_err(|e| PrepError::io(&self.tmp_path, e))?;
+            .map_err(|e| write_failed(&self.tmp_path, e))?;
         // Below num_classes <= MAX_CLASSES, so it fits a u16.
         self.labels.push(label as u16);
         Ok(())
@@ -168,7 +169,7 @@ impl PackWriter {
         self.crc.update(&label_bytes);
         let header = self.header(class_names, source, skipped);
         let tmp = self.tmp_path.clone();
-        let io = |e| PrepError::io(&tmp, e);
+        let io = |e| write_failed(&tmp, e);
         let json = serde_json::to_vec_pretty(&header).expect("header serialises");
         let mut preamble = [0u8; PREAMBLE_BYTES];
         preamble[..8].copy_from_slice(MAGIC);
@@ -182,6 +183,7 @@ impl PackWriter {
         let staged = StagedPack {
             path: self.path.clone(),
             tmp_path: Some(self.tmp_path.clone()),
+            file_len: header_offset + json.len() as u64,
             header,
         };
         out.write_all(&label_bytes).map_err(io)?;
@@ -252,6 +254,7 @@ impl Drop for PackWriter {
 pub struct StagedPack {
     path: PathBuf,
     tmp_path: Option<PathBuf>,
+    file_len: u64,
     header: Header,
 }
 
@@ -266,15 +269,38 @@ impl StagedPack {
         &self.path
     }
 
-    /// Renames the file into place; returns its header.
-    pub fn commit(mut self) -> Result<Header> {
-        let tmp = self.tmp_path.take().expect("staged pack committed twice");
-        if let Err(e) = fs::rename(&tmp, &self.path) {
-            let _ = fs::remove_file(&tmp);
-            return Err(PrepError::io(&self.path, e));
-        }
-        Ok(self.header.clone())
+    /// Puts the file into place as [`commit_all`] does (checked complete, the target checked
+    /// replaceable, the earlier file restored on failure); returns its header.
+    pub fn commit(self) -> Result<Header> {
+        let mut headers = commit_all(vec![self])?;
+        Ok(headers.remove(0))
     }
+
+    /// The temporary file, until committed.
+    pub(super) fn tmp_path(&self) -> Option<&Path> {
+        self.tmp_path.as_deref()
+    }
+
+    /// Bytes the complete file has.
+    pub(super) fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Records that the file was renamed into place (so dropping it removes nothing);
+    /// returns its header.
+    pub(super) fn mark_committed(&mut self) -> Header {
+        self.tmp_path = None;
+        self.header.clone()
+    }
+}
+
+/// A failed write of the temporary file `tmp` (a full disk, a file size limit): the earlier
+/// dataset is untouched, and the temporary file is removed when the writer is dropped.
+fn write_failed(tmp: &Path, e: std::io::Error) -> PrepError {
+    PrepError::format(
+        tmp,
+        format!("writing the new pack failed ({e}); the earlier dataset was left as it was: free disk space (or raise the file size limit) and run again"),
+    )
 }
 
 impl Drop for StagedPack {
@@ -283,30 +309,6 @@ impl Drop for StagedPack {
             let _ = fs::remove_file(tmp);
         }
     }
-}
-
-/// Commits every staged split, in order. If a rename fails, the splits this call already
-/// renamed are removed again and the rest are discarded, so the output folder never holds a
-/// new split beside the others' old files, which would look like a complete dataset.
-pub fn commit_all(staged: Vec<StagedPack>) -> Result<Vec<Header>> {
-    let mut committed: Vec<PathBuf> = Vec::new();
-    let mut headers = Vec::new();
-    for pack in staged {
-        let path = pack.path.clone();
-        match pack.commit() {
-            Ok(h) => {
-                committed.push(path);
-                headers.push(h);
-            }
-            Err(e) => {
-                for p in &committed {
-                    let _ = fs::remove_file(p);
-                }
-                return Err(e);
-            }
-        }
-    }
-    Ok(headers)
 }
 
 #[cfg(test)]
@@ -361,22 +363,5 @@ mod tests {
         assert_eq!(header.num_samples, 1);
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
         crate::Pack::open(&path).unwrap().verify().unwrap();
-    }
-
-    #[test]
-    fn commit_all_removes_renamed_splits_when_a_later_rename_fails() {
-        let dir = tempfile::tempdir().unwrap();
-        let train = stage(&dir.path().join("train.aipk"));
-        let val = stage(&dir.path().join("val.aipk"));
-        // A non-empty folder where val.aipk should go: its rename fails.
-        fs::create_dir_all(dir.path().join("val.aipk").join("inside")).unwrap();
-        let err = commit_all(vec![train, val]).unwrap_err();
-        assert!(err.to_string().contains("val.aipk"), "{err}");
-        assert!(!dir.path().join("train.aipk").exists());
-        let names: Vec<_> = fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, vec!["val.aipk"], "only the blocking folder is left");
     }
 }

@@ -9,9 +9,12 @@ pub mod mutate;
 
 use std::fs;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
+use aiperf_data_prep::idx::{convert_idx_dir, IdxDataset};
 use aiperf_data_prep::imagenet::ImagenetOptions;
+use aiperf_data_prep::split_path;
 
 /// Deterministic pseudo-random bytes (an LCG), so tests need no RNG crate.
 pub fn bytes(n: usize, seed: u32) -> Vec<u8> {
@@ -83,20 +86,24 @@ pub fn write_idx(dir: &Path, n_train: u32, n_test: u32, gzip: bool) -> IdxSet {
     set
 }
 
-/// No temporary or partial output is left in `out`.
+/// No temporary file, partial output or backup is left in `out`.
 pub fn assert_no_leftovers(out: &Path) {
     if let Ok(entries) = fs::read_dir(out) {
         let names: Vec<String> = entries
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert!(
-            names.iter().all(|n| !n.contains(".tmp-")),
-            "temporary files left: {names:?}"
+            names
+                .iter()
+                .all(|n| !n.contains(".tmp-") && !n.contains(".bak-")),
+            "temporary files or backups left: {names:?}"
         );
     }
 }
 
-/// Writes a CIFAR-10 binary folder with `per_batch` records in each of the six files.
+/// Writes a CIFAR-10 binary folder with `per_batch` records in each of the six files, the
+/// labels counting up through the classes (so that two records per batch cover all ten in
+/// the training batches).
 pub fn write_cifar(dir: &Path, per_batch: usize) -> Vec<Vec<u8>> {
     fs::create_dir_all(dir).unwrap();
     let names = [
@@ -126,7 +133,7 @@ pub fn write_cifar(dir: &Path, per_batch: usize) -> Vec<Vec<u8>> {
     {
         let mut data = Vec::new();
         for r in 0..per_batch {
-            data.push(((i * 7 + r * 3) % 10) as u8);
+            data.push(((i * per_batch + r) % 10) as u8);
             data.extend(bytes(3072, (i * 1000 + r) as u32));
         }
         fs::write(dir.join(format!("{name}.bin")), &data).unwrap();
@@ -192,4 +199,35 @@ pub fn quiet(size: u32) -> ImagenetOptions {
         threads: 2,
         ..ImagenetOptions::default()
     }
+}
+
+/// The bytes of `out`'s train.aipk and val.aipk.
+pub fn dataset_bytes(out: &Path) -> [Vec<u8>; 2] {
+    ["train", "val"].map(|s| fs::read(split_path(out, s)).unwrap())
+}
+
+/// An earlier MNIST dataset in `<tmp>/out` converted from `<tmp>/src`, whose files are then
+/// rewritten with `n_train` and `n_test` new images; returns the two folders.
+pub fn earlier_dataset(tmp: &Path, n_train: u32, n_test: u32) -> (PathBuf, PathBuf) {
+    let (src, out) = (tmp.join("src"), tmp.join("out"));
+    write_idx(&src, 8, 4, false);
+    convert_idx_dir(&src, &out, IdxDataset::Mnist).unwrap();
+    fs::remove_dir_all(&src).unwrap();
+    write_idx(&src, n_train, n_test, false);
+    (src, out)
+}
+
+/// Runs `aiperf-data-prep mnist --src SRC --out OUT` under `sh -c 'PREFIX exec BINARY ...'`.
+pub fn run_mnist(prefix: &str, src: &Path, out: &Path) -> Output {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("{prefix} exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_aiperf-data-prep"))
+        .arg("mnist")
+        .arg("--src")
+        .arg(src)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap()
 }

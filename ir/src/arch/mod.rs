@@ -44,9 +44,17 @@ impl std::str::FromStr for Shape {
     fn from_str(s: &str) -> Result<Self, String> {
         let dims: Vec<u32> = s
             .split('x')
-            .map(|d| d.trim().parse::<u32>())
-            .collect::<Result<_, _>>()
-            .map_err(|_| format!("input size {s:?}: expected HxWxC, e.g. 224x224x3"))?;
+            .map(|d| {
+                let d = d.trim();
+                d.parse::<u32>().map_err(|_| {
+                    if !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()) {
+                        format!("input size {s:?}: {d} is too large (at most {})", u32::MAX)
+                    } else {
+                        format!("input size {s:?}: expected HxWxC, e.g. 224x224x3")
+                    }
+                })
+            })
+            .collect::<Result<_, _>>()?;
         match dims[..] {
             [h, w, c] if h > 0 && w > 0 && c > 0 => Ok(Shape::new(c, h, w)),
             _ => Err(format!(

@@ -114,12 +114,23 @@ fn an_audit_round_trips_sealed_and_an_edit_or_another_run_is_named() {
         rows: vec![compare(0, &r, &retrained(&r), true)],
     };
     audit.write(&tmp.path().join(AUDIT_FILE)).unwrap();
+    let written = std::fs::read(tmp.path().join(AUDIT_FILE)).unwrap();
     let back = read(tmp.path(), Some(&"AB".repeat(32))).unwrap().unwrap();
     assert!(back.problems.is_empty(), "{:?}", back.problems);
     assert_eq!(back.audit.verdict, "PASSED");
     assert_eq!(back.audit.rows[0].train_loss, [1.0, 1.0]);
-    // Never replaced.
-    assert!(audit.write(&tmp.path().join(AUDIT_FILE)).is_err());
+    // Never replaced; written under a temporary name, renamed whole: none is left behind.
+    let again = audit.write(&tmp.path().join(AUDIT_FILE)).unwrap_err();
+    assert!(
+        again.to_string().contains("an audit is never replaced"),
+        "{again}"
+    );
+    assert_eq!(std::fs::read(tmp.path().join(AUDIT_FILE)).unwrap(), written);
+    let names: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, [AUDIT_FILE]);
     // The audit of other records.
     let other = read(tmp.path(), Some(&"cd".repeat(32))).unwrap().unwrap();
     assert!(

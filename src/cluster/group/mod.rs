@@ -66,6 +66,9 @@ pub enum GroupError {
         /// What was wrong.
         message: String,
     },
+    /// The results folder is another job's (see `cluster::claim`).
+    #[error("{0}")]
+    Claim(String),
     /// The records folder could not be created.
     #[error("creating {path}: {source}")]
     Folder {
@@ -166,6 +169,8 @@ pub fn leader<C: Communicator>(
     let writer = if ctx.resume {
         GroupWriter::open_or_create(&ctx.results, group, ranks)
     } else {
+        crate::cluster::claim::confirm(&ctx.results, &ctx.claim)
+            .map_err(|e| GroupError::Claim(format!("{e:#}")))?;
         GroupWriter::create(&ctx.results, group, ranks)
     }?;
     generator.update(history.clone(), first_kernel);

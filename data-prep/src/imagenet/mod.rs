@@ -1,25 +1,25 @@
 //! ImageNet (ILSVRC-2012) folder layout: `train/<wnid>/*.JPEG` for training; validation
 //! either as `val/<wnid>/*.JPEG` or as flat `val/*.JPEG` with a labels file. Every image is
 //! decoded, resized so its shorter side is `size` and centre-cropped to `size`×`size`, on a
-//! rayon pool, in chunks so memory stays bounded, with a progress bar.
-//!
-//! Memory per image is bounded too: the JPEG's dimensions are read from its header before
-//! decoding and refused beyond [`MAX_SOURCE_PIXELS`] (a per-file error that `--skip-bad`
-//! skips), and an image longer than [`MAX_ASPECT`]:1 is first centre-cropped to that ratio,
-//! so that resizing its shorter side never makes an enormous long side.
+//! rayon pool, in chunks so memory stays bounded, with a progress bar. Decoding one image,
+//! with bounded memory and damaged files refused, is [`jpeg`]'s; the label files are
+//! [`labels`]'.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
-use std::io::{BufReader, Read};
+use std::fs;
 use std::path::{Path, PathBuf};
 
-use image::imageops::FilterType;
-use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader, Limits};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
 use crate::error::{PrepError, Result};
-use crate::pack::{commit_all, split_path, Header, PackWriter, Source, StagedPack};
+use crate::pack::{check_targets, commit_all, split_path, Header, PackWriter, Source, StagedPack};
+
+pub mod jpeg;
+pub mod labels;
+
+pub use jpeg::{load_and_crop, MAX_ASPECT, MAX_JPEG_FILE_BYTES, MAX_SIZE, MAX_SOURCE_PIXELS};
+pub use labels::read_val_labels;
 
 /// Options of the ImageNet conversion.
 #[derive(Clone, Debug)]
@@ -56,15 +56,6 @@ impl Default for ImagenetOptions {
 
 /// The most decoding threads `--threads` may ask for.
 pub const MAX_THREADS: usize = 1024;
-
-/// Largest output side (`--size`): 3×4096×4096 bytes (48 MiB) per image.
-pub const MAX_SIZE: u32 = 4096;
-/// Largest JPEG decoded, in pixels (64 Mi, e.g. 8192×8192: 192 MiB as RGB).
-pub const MAX_SOURCE_PIXELS: u64 = 1 << 26;
-/// Largest JPEG file read, in bytes.
-pub const MAX_JPEG_FILE_BYTES: u64 = 256 << 20;
-/// Longest aspect ratio resized as is; longer images are first centre-cropped to it.
-pub const MAX_ASPECT: u32 = 4;
 
 /// Images decoded per chunk: enough to keep every thread busy, little enough to bound memory.
 const CHUNK: usize = 512;
@@ -112,216 +103,6 @@ fn class_folders(dir: &Path, limit: Option<usize>) -> Result<BTreeMap<String, Ve
         classes.insert(wnid, files);
     }
     Ok(classes)
-}
-
-/// Reads `<image> <wnid>` lines. Accepts Kaggle's `LOC_val_solution.csv` (header line, the
-/// wnid as the first word of the second column) and plain two-column text.
-pub fn read_val_labels(path: &Path) -> Result<BTreeMap<String, String>> {
-    let text = fs::read_to_string(path).map_err(|e| PrepError::io(path, e))?;
-    let mut labels = BTreeMap::new();
-    for (no, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || (no == 0 && line.starts_with("ImageId")) {
-            continue;
-        }
-        let mut fields = line
-            .split(|c: char| c == ',' || c.is_whitespace())
-            .filter(|f| !f.is_empty());
-        let (Some(image), Some(wnid)) = (fields.next(), fields.next()) else {
-            return Err(PrepError::format(
-                path,
-                format!("line {}: expected '<image> <wnid>', found {line:?}", no + 1),
-            ));
-        };
-        let stem = Path::new(image)
-            .file_stem()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        labels.insert(stem, wnid.to_string());
-    }
-    Ok(labels)
-}
-
-/// Reads `<wnid> <readable name>` lines into a map.
-fn read_synsets(path: &Path) -> Result<BTreeMap<String, String>> {
-    let text = fs::read_to_string(path).map_err(|e| PrepError::io(path, e))?;
-    Ok(text
-        .lines()
-        .filter_map(|l| {
-            let (wnid, name) = l.trim().split_once(char::is_whitespace)?;
-            Some((wnid.to_string(), name.trim().to_string()))
-        })
-        .collect())
-}
-
-/// Decodes a JPEG, resizes its shorter side to `size` and centre-crops `size`×`size`;
-/// returns RGB in C×H×W order. An image longer than [`MAX_ASPECT`]:1 is first centre-cropped
-/// to that ratio; one beyond [`MAX_SOURCE_PIXELS`] or [`MAX_JPEG_FILE_BYTES`] is refused with
-/// [`PrepError::ImageTooLarge`] before it is decoded.
-pub fn load_and_crop(path: &Path, size: u32) -> Result<Vec<u8>> {
-    if size == 0 || size > MAX_SIZE {
-        return Err(PrepError::format(
-            path,
-            format!("output size {size} is outside 1..={MAX_SIZE}"),
-        ));
-    }
-    let img = limit_aspect(decode_bounded(path)?);
-    Ok(resize_and_crop(&img, size))
-}
-
-/// Decodes a JPEG to RGB after checking its file size, that it is whole, and its header
-/// dimensions.
-fn decode_bounded(path: &Path) -> Result<image::RgbImage> {
-    let file = File::open(path).map_err(|e| PrepError::io(path, e))?;
-    let file_bytes = file.metadata().map_err(|e| PrepError::io(path, e))?.len();
-    let too_large = |reason: String| PrepError::ImageTooLarge {
-        path: path.into(),
-        reason,
-    };
-    if file_bytes > MAX_JPEG_FILE_BYTES {
-        return Err(too_large(format!(
-            "file of {file_bytes} bytes, the limit is {MAX_JPEG_FILE_BYTES}"
-        )));
-    }
-    let mut bytes = Vec::with_capacity(file_bytes as usize);
-    BufReader::new(file)
-        .read_to_end(&mut bytes)
-        .map_err(|e| PrepError::io(path, e))?;
-    // The decoder fills a cut file's missing rows with grey and says nothing: a JPEG must
-    // end its scans with the end-of-image marker.
-    if let Err(reason) = whole_jpeg(&bytes) {
-        return Err(PrepError::BadJpeg {
-            path: path.into(),
-            reason,
-        });
-    }
-    let bad = |e: image::ImageError| match e {
-        image::ImageError::Limits(l) => too_large(l.to_string()),
-        e => PrepError::BadJpeg {
-            path: path.into(),
-            reason: e.to_string(),
-        },
-    };
-    let mut reader = ImageReader::with_format(std::io::Cursor::new(bytes), ImageFormat::Jpeg);
-    let mut limits = Limits::default();
-    // A second bound for the decoder; the pixel check below is the one that decides.
-    limits.max_alloc = Some(MAX_SOURCE_PIXELS * 4);
-    reader.limits(limits);
-    let decoder = reader.into_decoder().map_err(bad)?;
-    let (w, h) = decoder.dimensions();
-    if w == 0 || h == 0 {
-        return Err(PrepError::BadJpeg {
-            path: path.into(),
-            reason: format!("empty image ({w}x{h})"),
-        });
-    }
-    let pixels = u64::from(w) * u64::from(h);
-    if pixels > MAX_SOURCE_PIXELS {
-        return Err(too_large(format!(
-            "{w}x{h} = {pixels} pixels, the limit is {MAX_SOURCE_PIXELS}"
-        )));
-    }
-    Ok(DynamicImage::from_decoder(decoder)
-        .map_err(bad)?
-        .into_rgb8())
-}
-
-/// Whether `b` is a whole JPEG: its marker segments up to the first scan (SOS) are complete
-/// and an end-of-image marker (FF D9) follows the scan data. Entropy-coded data cannot hold
-/// FF D9 (an FF there is followed by 00 or a restart marker), and a thumbnail's own EOI
-/// sits in a segment before the first scan, so it does not count.
-pub fn whole_jpeg(b: &[u8]) -> std::result::Result<(), String> {
-    if !b.starts_with(&[0xFF, 0xD8]) {
-        return Err("no start-of-image marker".into());
-    }
-    let mut i = 2;
-    let sos = loop {
-        while b.get(i) == Some(&0xFF) && b.get(i + 1) == Some(&0xFF) {
-            i += 1; // fill bytes
-        }
-        match (b.get(i), b.get(i + 1)) {
-            (Some(0xFF), Some(0xDA)) => break i,
-            (Some(0xFF), Some(0xD0..=0xD7 | 0x01)) => i += 2,
-            (Some(0xFF), Some(_)) => {
-                let len = match (b.get(i + 2), b.get(i + 3)) {
-                    (Some(&hi), Some(&lo)) => usize::from(u16::from_be_bytes([hi, lo])),
-                    _ => {
-                        return Err(format!(
-                            "truncated: the file ends inside its header, at byte {}",
-                            b.len()
-                        ))
-                    }
-                };
-                i += 2 + len;
-            }
-            (Some(&x), _) => {
-                return Err(format!(
-                    "corrupt header: byte {x:#04x} at {i} where a marker belongs"
-                ))
-            }
-            (None, _) => {
-                return Err(format!(
-                    "truncated: the file ends inside its header, at byte {}",
-                    b.len()
-                ))
-            }
-        }
-    };
-    if b[sos..].windows(2).any(|w| w == [0xFF, 0xD9]) {
-        Ok(())
-    } else {
-        Err(format!(
-            "truncated: no end-of-image marker after the scan data ({} bytes; the file was cut short)",
-            b.len()
-        ))
-    }
-}
-
-/// Centre-crops the long side of an image longer than [`MAX_ASPECT`]:1 to that ratio.
-fn limit_aspect(img: image::RgbImage) -> image::RgbImage {
-    let (w, h) = img.dimensions();
-    let max_long = w.min(h).saturating_mul(MAX_ASPECT);
-    if w.max(h) <= max_long {
-        return img;
-    }
-    let (cw, ch) = (w.min(max_long), h.min(max_long));
-    image::imageops::crop_imm(&img, (w - cw) / 2, (h - ch) / 2, cw, ch).to_image()
-}
-
-/// Resizes the shorter side to `size` (the other rounded, never below `size`, at most
-/// [`MAX_ASPECT`]·`size` + 1 after [`limit_aspect`]) and centre-crops `size`×`size`, as C×H×W.
-fn resize_and_crop(img: &image::RgbImage, size: u32) -> Vec<u8> {
-    let (w, h) = img.dimensions();
-    // The long side scaled like the short one, rounded, never below `size`.
-    let scaled = |long: u32, short: u32| {
-        let v = (u64::from(long) * u64::from(size) + u64::from(short) / 2) / u64::from(short);
-        u32::try_from(v.max(size.into())).unwrap_or(u32::MAX)
-    };
-    let (nw, nh) = if w <= h {
-        (size, scaled(h, w))
-    } else {
-        (scaled(w, h), size)
-    };
-    let resized;
-    let img = if (nw, nh) == (w, h) {
-        img
-    } else {
-        resized = image::imageops::resize(img, nw, nh, FilterType::Triangle);
-        &resized
-    };
-    let (x0, y0) = ((nw - size) / 2, (nh - size) / 2);
-    let s = size as usize;
-    let mut chw = vec![0u8; 3 * s * s];
-    for y in 0..s {
-        for x in 0..s {
-            let p = img.get_pixel(x0 + x as u32, y0 + y as u32).0;
-            for c in 0..3 {
-                chw[c * s * s + y * s + x] = p[c];
-            }
-        }
-    }
-    chw
 }
 
 /// A progress bar for `len` images of `split`, or a hidden one.
@@ -456,9 +237,11 @@ fn check_no_empty_class(train_dir: &Path, wnids: &[String], train: &Header) -> R
 }
 
 /// Converts an ImageNet-layout folder into `out/train.aipk` and `out/val.aipk`. Both splits
-/// are staged before either is renamed into place, so a failure leaves neither.
+/// are staged and replace the earlier ones together ([`commit_all`]), so a failure leaves
+/// the earlier dataset as it was.
 pub fn convert_imagenet(src: &Path, out: &Path, opts: &ImagenetOptions) -> Result<Vec<Header>> {
     check_options(src, opts)?;
+    check_targets(&[split_path(out, "train"), split_path(out, "val")])?;
     let train_dir = src.join("train");
     let val_dir = src.join("val");
     for (dir, what) in [
@@ -526,7 +309,7 @@ pub fn convert_imagenet(src: &Path, out: &Path, opts: &ImagenetOptions) -> Resul
 fn class_names(wnids: &[String], opts: &ImagenetOptions) -> Result<Vec<String>> {
     Ok(match &opts.synsets {
         Some(p) => {
-            let map = read_synsets(p)?;
+            let map = labels::read_synsets(p)?;
             wnids
                 .iter()
                 .map(|w| map.get(w).cloned().unwrap_or_else(|| w.clone()))
@@ -544,14 +327,22 @@ fn val_items(
 ) -> Result<Vec<(PathBuf, u32)>> {
     let entries = sorted_entries(val_dir)?;
     if entries.iter().any(|p| p.is_dir()) {
+        let folders = class_folders(val_dir, None)?;
+        if let Some(labels_path) = &opts.val_labels {
+            let labels = read_val_labels(labels_path)?;
+            labels::check_val_folders(labels_path, &labels, &folders)?;
+        }
         let mut items = Vec::new();
-        for (wnid, files) in class_folders(val_dir, opts.limit_per_class)? {
+        for (wnid, mut files) in folders {
             let Some(&label) = index.get(wnid.as_str()) else {
                 return Err(PrepError::format(
                     val_dir.join(&wnid),
                     "validation class folder has no training counterpart in train/",
                 ));
             };
+            if let Some(l) = opts.limit_per_class {
+                files.truncate(l);
+            }
             items.extend(files.into_iter().map(|f| (f, label)));
         }
         return Ok(items);

@@ -1,0 +1,217 @@
+//! Nothing lost, nothing miscounted, under a real `mpirun`: a results folder belongs to one
+//! job (two jobs started together with HDF5's file locking off leave one intact run and one
+//! refusal, in either order), a folder holding any aiperf record (an audit included) is
+//! refused, validation images of another shape than the training images are refused before
+//! anything trains, and a run whose every loss is non-finite names the settings that diverge.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::{output, spawn, write_split};
+
+fn launcher() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local")
+}
+
+/// `aiperf run --trainer simulated` on 3 ranks into `dir`, HDF5's file locking off (as on
+/// many cluster filesystems).
+fn simulated(dir: &Path, extra: &[&str]) -> Command {
+    let mut c = Command::new(launcher());
+    c.env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .env("HDF5_USE_FILE_LOCKING", "FALSE")
+        .args([
+            "3",
+            "run",
+            "--trainer",
+            "simulated",
+            "--group-size",
+            "1",
+            "--results",
+        ])
+        .arg(dir)
+        .args(extra);
+    c
+}
+
+fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// `aiperf score DIR`: its exit status and output.
+fn score(dir: &Path) -> (Option<i32>, String) {
+    let out = output(
+        Command::new(env!("CARGO_BIN_EXE_aiperf"))
+            .arg("score")
+            .arg(dir),
+    );
+    (out.status.code(), text(&out))
+}
+
+/// One job's outcome: the one that ran must have intact records, the other a refusal that
+/// names the folder's claim; returns which ran.
+fn one_ran_one_refused(a: &Output, b: &Output, dir: &Path) -> usize {
+    let ran: Vec<usize> = [a, b]
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.status.success())
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        ran.len(),
+        1,
+        "exactly one job runs:\nA: {}\nB: {}",
+        text(a),
+        text(b)
+    );
+    let refused = if ran[0] == 0 { b } else { a };
+    let t = text(refused);
+    assert!(
+        t.contains(&format!(
+            "--results {}: claimed by another job",
+            dir.display()
+        )) || t.contains("holds the records of a run"),
+        "{t}"
+    );
+    assert_eq!(
+        t.matches("claimed by another job").count().min(1),
+        t.matches("aiperf: error").count().min(1),
+        "{t}"
+    );
+    let (code, s) = score(dir);
+    assert_eq!(
+        code,
+        Some(4),
+        "the simulated run scores INVALID, records intact: {s}"
+    );
+    assert!(s.contains("records                  intact"), "{s}");
+    ran[0]
+}
+
+#[test]
+fn regression_two_jobs_started_together_on_one_results_folder_leave_one_intact_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("shared");
+    let a = spawn(&mut simulated(&dir, &["--duration", "4"]));
+    let b = spawn(&mut simulated(&dir, &["--duration", "4"]));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    one_ran_one_refused(&a, &b, &dir);
+}
+
+#[test]
+fn regression_a_job_started_on_a_claimed_folder_is_refused_and_the_first_keeps_its_records() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("claimed");
+    let first = spawn(&mut simulated(&dir, &["--duration", "8"]));
+    // The second job starts once the first has claimed the folder (before or after its
+    // first record: it must not matter).
+    let limit = Instant::now() + Duration::from_secs(120);
+    while !dir.join(".aiperf-claim").exists() {
+        assert!(
+            Instant::now() < limit,
+            "the first job never claimed {}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let second = output(&mut simulated(&dir, &["--duration", "4"]));
+    let first = first.wait_with_output().unwrap();
+    assert!(!second.status.success(), "{}", text(&second));
+    assert!(
+        text(&second).contains(&format!(
+            "--results {}: claimed by another job (aiperf run on",
+            dir.display()
+        )),
+        "{}",
+        text(&second)
+    );
+    assert_eq!(one_ran_one_refused(&first, &second, &dir), 0);
+}
+
+#[test]
+fn regression_results_holding_only_an_audit_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("audited");
+    std::fs::create_dir_all(&dir).unwrap();
+    let audit = b"another run's audit".to_vec();
+    std::fs::write(dir.join("audit.h5"), &audit).unwrap();
+    let out = output(&mut simulated(&dir, &["--duration", "4"]));
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert_eq!(
+        t.matches("holds the records of a run (audit.h5)").count(),
+        1,
+        "{t}"
+    );
+    assert_eq!(std::fs::read(dir.join("audit.h5")).unwrap(), audit);
+    assert!(!dir.join(".aiperf-claim").exists() && !dir.join("primary.h5").exists());
+}
+
+#[test]
+fn regression_a_run_whose_every_loss_is_non_finite_names_the_settings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("diverged");
+    let out = output(&mut simulated(
+        &dir,
+        &["--duration", "4", "--fault", "nan:all"],
+    ));
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("no completed epoch in any group"), "{t}");
+    assert!(t.contains("every trial's loss was non-finite"), "{t}");
+    for setting in [
+        "train.lr_per_256 ",
+        "train.weight_decay ",
+        "train.momentum ",
+        "precision ",
+    ] {
+        assert!(t.contains(setting), "{setting} not named: {t}");
+    }
+}
+
+#[test]
+fn regression_validation_images_of_another_shape_are_refused_naming_both() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    write_split(&data, "train", 64, 1);
+    // Validation images 12×12 beside the 8×8 training images.
+    let path = data.join("val.aipk");
+    let mut w =
+        aiperf_data_prep::PackWriter::create(&path, "val", [1, 12, 12], common::CLASSES).unwrap();
+    for i in 0..16u32 {
+        w.push(&[(i * 7 % 255) as u8; 144], i % common::CLASSES, &path)
+            .unwrap();
+    }
+    let names = (0..common::CLASSES)
+        .map(|c| format!("quadrant{c}"))
+        .collect();
+    let src = aiperf_data_prep::Source {
+        kind: "test".into(),
+        dataset: "quadrants".into(),
+        inputs: vec![],
+        processing: String::new(),
+        subset: Some(false),
+    };
+    w.finish(names, src, 0).unwrap();
+    let dir = tmp.path().join("r");
+    let out = output(
+        Command::new(launcher())
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .args(["3", "run", "--trainer", "real", "--duration", "4", "--data"])
+            .arg(&data)
+            .arg("--results")
+            .arg(&dir),
+    );
+    let t = text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(
+        t.contains(
+            "train.aipk holds 8x8x1 images, val.aipk 12x12x1: both splits must have one shape"
+        ),
+        "{t}"
+    );
+    assert!(!dir.join("primary.h5").exists(), "nothing recorded");
+}
