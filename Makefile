@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static docs-figures clean
+.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static docs-figures test-reframe clean
 
 all: build
 
@@ -55,6 +55,10 @@ weak-scaling: build
 # Needs only Rust, a C compiler and python3: not the set-up of `make setup`.
 score-static:
 	scripts/build-static-score
+
+# The ReFrame check on this machine (root): mpirun and a private SLURM, figures against the scorer.
+test-reframe: build
+	scripts/test-reframe
 
 # The docs' pictures, redrawn from the committed record set (docs/img/).
 docs-figures: build

@@ -185,17 +185,7 @@ fn regression_validation_images_of_another_shape_are_refused_naming_both() {
         w.push(&[(i * 7 % 255) as u8; 144], i % common::CLASSES, &path)
             .unwrap();
     }
-    let names = (0..common::CLASSES)
-        .map(|c| format!("quadrant{c}"))
-        .collect();
-    let src = aiperf_data_prep::Source {
-        kind: "test".into(),
-        dataset: "quadrants".into(),
-        inputs: vec![],
-        processing: String::new(),
-        subset: Some(false),
-    };
-    w.finish(names, src, 0).unwrap();
+    common::finish_quadrants(w);
     let dir = tmp.path().join("r");
     let out = output(
         Command::new(launcher())

@@ -211,6 +211,11 @@ pub fn write_split(dir: &Path, split: &str, n: usize, seed: u64) {
         };
         w.push(&img, label, &path).unwrap();
     }
+    finish_quadrants(w);
+}
+
+/// Closes a pack of the quadrant classes.
+pub fn finish_quadrants(w: aiperf_data_prep::PackWriter) {
     let names = (0..CLASSES).map(|c| format!("quadrant{c}")).collect();
     let src = aiperf_data_prep::Source {
         kind: "test".into(),

@@ -19,7 +19,9 @@
 //!    within-node groups' (shared memory) (in `exchange.rs`, as 5 is);
 //! 5. the node-aware exchange (`--exchange hierarchical`) across the nodes in `dp-check`:
 //!    bit-identical ranks, and the flat exchange's training up to summation order; `auto`
-//!    (the default) times both there and trains with the faster, bit for bit.
+//!    (the default) times both there and trains with the faster, bit for bit;
+//! 6. the weak-scaling study as a job, `sbatch mpi-launch/weak-scaling.sbatch`, on 1 and 2
+//!    nodes through SLURM (in `study.rs`).
 //!
 //! It needs root (namespaces, veths, bridge) and the Debian packages that scripts/setup
 //! installs; under `make test` (AIPERF_REQUIRE_PREREQS=1) a missing one fails the test.
@@ -35,8 +37,10 @@ use aiperf_records::score;
 #[path = "../common/mod.rs"]
 mod common;
 mod exchange;
+mod study;
 use common::{wait_released, write_split};
 use exchange::{comm_bench_across_nodes, hierarchical_exchange_across_nodes};
+use study::weak_scaling_study_as_a_job;
 
 const TRAIN: u64 = 384;
 const VAL: u64 = 96;
@@ -347,17 +351,22 @@ fn training_across_three_nodes(work: &Path, data: &Path) {
     }
 }
 
-/// Scenario 2: the project's sbatch template on 3 SLURM nodes: srun --mpi=pmix with the
-/// real trainer, then mpirun inside the job with the simulated one.
-fn sbatch_on_three_nodes(work: &Path, data: &Path) {
+/// Starts the virtual cluster's SLURM; returns its SLURM_CONF.
+fn slurm_up() -> String {
     let up = run_for(120, Command::new(vc()).arg("slurm-up"));
     assert!(up.status.success(), "slurm-up: {}", text(&up));
     let stdout = String::from_utf8_lossy(&up.stdout);
-    let conf = stdout
+    stdout
         .lines()
         .find_map(|l| l.strip_prefix("export SLURM_CONF="))
         .unwrap_or_else(|| panic!("no SLURM_CONF: {}", text(&up)))
-        .to_string();
+        .to_string()
+}
+
+/// Scenario 2: the project's sbatch template on 3 SLURM nodes: srun --mpi=pmix with the
+/// real trainer, then mpirun inside the job with the simulated one.
+fn sbatch_on_three_nodes(work: &Path, data: &Path) {
+    let conf = slurm_up();
     let sim = "--trainer simulated --duration 5 --score-interval 1".to_string();
     let real = real_args(data, 20).join(" ");
     for (launcher, args) in [("srun", real), ("mpirun", sim)] {
@@ -552,4 +561,6 @@ fn a_virtual_three_node_cluster_trains_schedules_loses_a_node_and_profiles() {
     eprintln!("+ comm-bench: {:?}", started.elapsed());
     hierarchical_exchange_across_nodes();
     eprintln!("+ the node-aware exchange: {:?}", started.elapsed());
+    weak_scaling_study_as_a_job(work.path());
+    eprintln!("+ the weak-scaling study as a job: {:?}", started.elapsed());
 }
