@@ -61,4 +61,8 @@ fn main() {
         None => "unknown".into(),
     };
     println!("cargo:rustc-env=AIPERF_COMMIT={commit}");
+    println!(
+        "cargo:rustc-env=AIPERF_BUILD_INPUTS={}",
+        BUILD_INPUTS.join(" ")
+    );
 }

@@ -10,7 +10,6 @@
 mod markdown;
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
 use markdown::{pages, prose, root};
 use regex::Regex;
@@ -92,32 +91,18 @@ fn the_history_check_catches_what_the_pages_once_said() {
 
 /// Every text file of the repository that code, help texts or docs are written in.
 fn sources() -> Vec<(String, String)> {
-    fn walk(dir: &Path, out: &mut Vec<(String, String)>) {
-        for e in std::fs::read_dir(dir).unwrap().flatten() {
-            let p = e.path();
-            let name = e.file_name().to_string_lossy().to_string();
-            let top = dir == root();
-            if p.is_dir() {
-                let generated = ["target", "data", ".git", "results"].contains(&name.as_str());
-                if !(top && generated) {
-                    walk(&p, out);
-                }
-            } else if let Ok(text) = std::fs::read_to_string(&p) {
-                let rel = p.strip_prefix(root()).unwrap().display().to_string();
-                // This file names what it forbids.
-                if rel != "tests/docs_claims.rs" {
-                    out.push((rel, text));
-                }
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&root(), &mut out);
-    // The one tracked page under results/ (the rest are run records).
-    let records = "results/README.md";
-    let text = std::fs::read_to_string(root().join(records)).unwrap();
-    out.push((records.into(), text));
-    out
+    // Outside results/ but for its one tracked page (the rest are run records).
+    let records = root().join("results/README.md");
+    markdown::files(&["target", "data", ".git", "results"])
+        .into_iter()
+        .chain(std::iter::once(records))
+        .filter_map(|p| {
+            let rel = p.strip_prefix(root()).unwrap().display().to_string();
+            // This file names what it forbids.
+            let text = std::fs::read_to_string(&p).ok()?;
+            (rel != "tests/docs_claims.rs").then_some((rel, text))
+        })
+        .collect()
 }
 
 #[test]

@@ -31,21 +31,8 @@ fn checkout_commit() -> Option<(String, bool)> {
     };
     let head = git(&["rev-parse", "--short=12", "HEAD"])?;
     // The build inputs (records/build.rs): docs and tests do not change the binary.
-    let inputs = [
-        "src",
-        "build.rs",
-        "Cargo.toml",
-        "Cargo.lock",
-        "ir/src",
-        "ir/Cargo.toml",
-        "records/src",
-        "records/build.rs",
-        "records/Cargo.toml",
-        "data-prep/src",
-        "data-prep/Cargo.toml",
-    ];
     let mut status = vec!["status", "--porcelain", "--untracked-files=no", "--"];
-    status.extend(inputs);
+    status.extend(aiperf_records::version::BUILD_INPUTS.split(' '));
     let modified = !git(&status)?.is_empty();
     Some((head, modified))
 }

@@ -5,6 +5,10 @@
 /// differed from it, or `unknown` outside a git checkout.
 pub const COMMIT: &str = env!("AIPERF_COMMIT");
 
+/// What the binaries are built from (paths in the workspace, space-separated): an
+/// uncommitted change to one of them marks [`COMMIT`] `+modified`.
+pub const BUILD_INPUTS: &str = env!("AIPERF_BUILD_INPUTS");
+
 /// The workspace's version (all crates share it).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 

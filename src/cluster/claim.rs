@@ -90,26 +90,43 @@ pub fn claim_fresh(dir: &Path, identity: &str) -> anyhow::Result<()> {
     check_fresh(dir)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("--results {}: cannot be created: {e}", dir.display()))?;
-    match std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(claim_path(dir))
-    {
-        Ok(mut f) => {
-            f.write_all(identity.as_bytes())?;
-            f.sync_all()?;
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Err(claimed_by_another(dir)),
-        Err(e) => bail!("--results {}: cannot claim the folder: {e}", dir.display()),
+    if create_claim(dir, identity)? {
+        Ok(())
+    } else {
+        Err(claimed_by_another(dir))
+    }
+}
+
+/// `identity` written beside the claim, complete and synced, under a name of this process.
+fn written_aside(dir: &Path, identity: &str) -> std::io::Result<PathBuf> {
+    let tmp = dir.join(format!("{CLAIM_FILE}.{}.tmp", std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(identity.as_bytes())?;
+    f.sync_all()?;
+    Ok(tmp)
+}
+
+/// Creates the claim holding `identity`, complete or not at all (written aside, then hard-
+/// linked into place, which fails where a claim exists, so no reader sees it half written).
+/// False when a claim was there already.
+fn create_claim(dir: &Path, identity: &str) -> anyhow::Result<bool> {
+    let refuse = |e: std::io::Error| {
+        anyhow::anyhow!("--results {}: cannot claim the folder: {e}", dir.display())
+    };
+    let tmp = written_aside(dir, identity).map_err(refuse)?;
+    let linked = std::fs::hard_link(&tmp, claim_path(dir));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(refuse(e)),
     }
 }
 
 /// Rank 0, resuming: the run's folder is this job's now (the claim replaced atomically).
 pub fn reclaim(dir: &Path, identity: &str) -> anyhow::Result<()> {
-    let tmp = dir.join(format!("{CLAIM_FILE}.{}", std::process::id()));
-    std::fs::write(&tmp, identity)
-        .and_then(|()| std::fs::rename(&tmp, claim_path(dir)))
+    written_aside(dir, identity)
+        .and_then(|tmp| std::fs::rename(&tmp, claim_path(dir)))
         .map_err(|e| anyhow::anyhow!("--resume {}: cannot claim the folder: {e}", dir.display()))
 }
 
@@ -120,22 +137,14 @@ pub fn confirm(dir: &Path, identity: &str) -> anyhow::Result<()> {
         Ok(text) if text == identity => Ok(()),
         Ok(_) => Err(claimed_by_another(dir)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            match std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(claim_path(dir))
-            {
-                Ok(mut f) => Ok(f.write_all(identity.as_bytes())?),
-                // Claimed in between: by this job's other writer on the node, or another job.
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let text = std::fs::read_to_string(claim_path(dir)).unwrap_or_default();
-                    if text == identity {
-                        Ok(())
-                    } else {
-                        Err(claimed_by_another(dir))
-                    }
-                }
-                Err(e) => bail!("--results {}: cannot claim the folder: {e}", dir.display()),
+            // Claimed in between, by this job's other writer on the node or by another job:
+            // then the claim there decides.
+            let ours = create_claim(dir, identity)?
+                || std::fs::read_to_string(claim_path(dir)).is_ok_and(|t| t == identity);
+            if ours {
+                Ok(())
+            } else {
+                Err(claimed_by_another(dir))
             }
         }
         Err(e) => bail!("--results {}: cannot read its claim: {e}", dir.display()),

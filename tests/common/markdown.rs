@@ -15,24 +15,29 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Folders that hold no page a user reads: build outputs, datasets, git's own.
+/// Top-level folders that hold no page a user reads: build outputs, datasets, git's own.
 const NOT_PAGES: &[&str] = &["target", "data", ".git", "node_modules"];
 
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let path = e.path();
-        let name = e.file_name().to_string_lossy().to_string();
-        if path.is_dir() {
-            if !NOT_PAGES.contains(&name.as_str()) {
-                walk(&path, out);
+/// Every file below the repository's root outside the top-level folders `skip`, sorted.
+pub fn files(skip: &[&str]) -> Vec<PathBuf> {
+    fn walk(dir: &Path, skip: &[&str], out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            let name = e.file_name().to_string_lossy().to_string();
+            if !path.is_dir() {
+                out.push(path);
+            } else if !(dir == root() && skip.contains(&name.as_str())) {
+                walk(&path, skip, out);
             }
-        } else if name.ends_with(".md") {
-            out.push(path);
         }
     }
+    let mut out = Vec::new();
+    walk(&root(), skip, &mut out);
+    out.sort();
+    out
 }
 
 /// One Markdown page: its path from the root and its text.
@@ -52,11 +57,9 @@ impl Page {
 
 /// Every Markdown file of the repository (outside build outputs and data), sorted.
 pub fn pages() -> Vec<Page> {
-    let mut files = Vec::new();
-    walk(&root(), &mut files);
-    files.sort();
-    files
+    files(NOT_PAGES)
         .into_iter()
+        .filter(|f| f.extension().is_some_and(|e| e == "md"))
         .map(|f| Page {
             name: f.strip_prefix(root()).unwrap().display().to_string(),
             text: std::fs::read_to_string(&f).unwrap(),
