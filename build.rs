@@ -3,7 +3,8 @@
 //! (the linker's --as-needed would otherwise drop it and CUDA would read as unavailable);
 //! the C shim that gives Rust `MPI_IN_PLACE`, compiled against the MPI headers that rsmpi's
 //! build found (the same probe: `MPICC`, `mpicc`, pkg-config); and the C++ shim that puts
-//! autograd hooks on the gradient accumulators, compiled against libtorch's headers; and the
+//! autograd hooks on the gradient accumulators and reports libtorch's kernel level and build,
+//! compiled against libtorch's headers; and the
 //! libtorch version of those headers, for `aiperf --version`.
 
 use std::path::Path;
@@ -27,11 +28,13 @@ fn mpi_shim() {
         .compile("aiperf_mpi_shim");
 }
 
-/// Compiles `src/train/grad_hooks.cpp` (autograd hooks) against the libtorch headers beside
+/// Compiles `src/train/grad_hooks.cpp` (autograd hooks) and `src/torch_info.cpp` (what
+/// libtorch says about its kernels and build) against the libtorch headers beside
 /// the library torch-sys links (`lib/../include`, as in libtorch and the PyTorch wheel), with
 /// the C++ ABI torch-sys uses (`LIBTORCH_CXX11_ABI`, default 1).
 fn hooks_shim(lib: &str) {
     println!("cargo:rerun-if-changed=src/train/grad_hooks.cpp");
+    println!("cargo:rerun-if-changed=src/torch_info.cpp");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
     let include = Path::new(lib).join("../include");
     let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".into());
@@ -44,6 +47,7 @@ fn hooks_shim(lib: &str) {
         .flag("-std=c++17")
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
         .file("src/train/grad_hooks.cpp")
+        .file("src/torch_info.cpp")
         .compile("aiperf_grad_hooks");
 }
 

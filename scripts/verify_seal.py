@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent check of a run's seal (records schema 3), written from results/README.md
+"""An independent check of a run's seal (records schemas 3 and 4), written from results/README.md
 alone with h5py and hashlib: recomputes every dataset's chain (and every carried row digest),
 compares the chain ends with `primary_digests` / `group_digests`, and recomputes the run
 digest over the sealed attributes. Prints the run digest and `intact`, or each problem and
@@ -16,14 +16,15 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-# The sealed attributes of primary.h5, in the run digest's order (results/README.md).
+# The sealed attributes of primary.h5, in the run digest's order (results/README.md); a third
+# member is the first schema version that has the attribute.
 PRIMARY_ATTRS = [
     ("schema_version", "u32"), ("program_version", "text"), ("rules_version", "text"),
     ("config", "text"), ("start_time_s", "f64"), ("end_time_s", "f64"),
     ("world_size", "u32"), ("groups", "u32"), ("accelerators", "u32"), ("hosts", "text"),
     ("devices", "text"), ("seed", "u64"), ("dataset", "text"), ("start_architecture", "text"),
     ("precision", "text"), ("dataset_identity", "text"), ("search", "text"),
-    ("resumes", "text"), ("group_digests", "text"), ("primary_digests", "text"),
+    ("platform", "text", 4), ("resumes", "text"), ("group_digests", "text"), ("primary_digests", "text"),
 ]
 CARRIED = {"epochs", "trials", "tpe"}
 
@@ -70,9 +71,14 @@ def text(v):
     return v.encode() if isinstance(v, str) else bytes(v)
 
 
+def sealed_attrs(version):
+    """The sealed attributes records of schema `version` have, in order."""
+    return [a for a in PRIMARY_ATTRS if (a[2] if len(a) > 2 else 1) <= version]
+
+
 def run_digest(p):
     h = hashlib.sha256(b"aiperf-run-digest-3\0")
-    for name, kind in PRIMARY_ATTRS:
+    for name, kind, *_ in sealed_attrs(int(p.attrs["schema_version"])):
         h.update(struct.pack("<Q", len(name)) + name.encode())
         if name not in p.attrs:
             h.update(b"\0")
@@ -97,10 +103,11 @@ def main(argv):
     run = Path(argv[1])
     problems = []
     with h5py.File(run / "primary.h5", "r") as p:
-        if int(p.attrs["schema_version"]) != 3:
-            print(f"schema {int(p.attrs['schema_version'])}: not sealed as schema 3", file=sys.stderr)
+        version = int(p.attrs["schema_version"])
+        if version not in (3, 4):
+            print(f"schema {version}: not sealed as schemas 3 and 4 are", file=sys.stderr)
             return 2
-        known = {n for n, _ in PRIMARY_ATTRS} | {"run_digest"}
+        known = {a[0] for a in sealed_attrs(version)} | {"run_digest"}
         problems += [f"primary.h5: attribute {n!r} is not sealed" for n in p.attrs if n not in known]
         own = [chain("primary.h5", "trials", p["trials"][:], problems), architectures(p),
                chain("primary.h5", "tpe", p["tpe"][:], problems)]

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod data;
+pub mod fingerprint;
 pub mod model;
 pub mod monitor;
 pub mod platform;

@@ -82,6 +82,10 @@ fn main() -> ExitCode {
             eprintln!("aiperf: {e:#}");
             ExitCode::from(6)
         }
+        Err(e) if e.downcast_ref::<commands::DataDiffers>().is_some() => {
+            eprintln!("aiperf: {e:#}");
+            ExitCode::from(7)
+        }
         Err(e) => {
             eprintln!("aiperf: error: {e:#}");
             ExitCode::FAILURE

@@ -1,5 +1,6 @@
 //! What `aiperf --version` prints: the version, the commit it was built from, and the
-//! libtorch, MPI and HDF5 libraries this binary runs with (what a submitted result names).
+//! libtorch, MPI and HDF5 libraries this binary runs with, and the platform fingerprint (what
+//! a submitted result names).
 
 use aiperf_records::version::{hdf5, COMMIT, VERSION};
 
@@ -18,7 +19,8 @@ pub fn mpi_library() -> String {
 }
 
 /// `aiperf --version`, line by line: version, commit, libtorch (version, the folder loaded,
-/// CUDA), MPI, HDF5.
+/// CUDA), MPI, HDF5, and this machine's platform fingerprint as a run records it
+/// (docs/design.md §6; with libtorch's default thread count), as one line of JSON.
 pub fn long() -> String {
     let libtorch_dir =
         crate::platform::loaded_libtorch().unwrap_or_else(|| crate::platform::LIBTORCH_LIB.into());
@@ -27,9 +29,13 @@ pub fn long() -> String {
     } else {
         "no CUDA device".into()
     };
+    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+    let fingerprint = crate::fingerprint::this_rank(threads);
     format!(
-        "{VERSION}\ncommit {COMMIT}\nlibtorch {LIBTORCH_VERSION} ({libtorch_dir}; {cuda})\nMPI {}\nHDF5 {}",
+        "{VERSION}\ncommit {COMMIT}\nlibtorch {LIBTORCH_VERSION} ({libtorch_dir}; {cuda})\nMPI {}\nHDF5 {}\nplatform {}\nfingerprint {}",
         mpi_library(),
-        hdf5()
+        hdf5(),
+        fingerprint.summary(),
+        serde_json::to_string(&fingerprint).expect("plain data")
     )
 }

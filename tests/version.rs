@@ -1,6 +1,6 @@
 //! `aiperf --version` names what a submitted result must name: the version, the commit it was
 //! built from (marked when the sources differed), and the libtorch, MPI and HDF5 libraries it
-//! runs with; `-V` is the one-line form.
+//! runs with, and the platform fingerprint a run records; `-V` is the one-line form.
 
 use std::process::Command;
 
@@ -73,6 +73,34 @@ fn version_names_the_commit_and_the_libraries() {
         "{text}"
     );
     assert!(lines[4].starts_with("HDF5 1."), "{text}");
+    assert!(lines[5].starts_with("platform "), "{text}");
+    // The fingerprint a run records, with the kernel pins of the environment in it.
+    let run = |pin: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_aiperf"));
+        c.arg("--version").env_remove("ATEN_CPU_CAPABILITY");
+        if let Some(p) = pin {
+            c.env("ATEN_CPU_CAPABILITY", p);
+        }
+        let out = String::from_utf8(c.output().unwrap().stdout).unwrap();
+        let json = out
+            .lines()
+            .find_map(|l| l.strip_prefix("fingerprint "))
+            .expect(&out)
+            .to_string();
+        serde_json::from_str::<aiperf_records::platform::Fingerprint>(&json).unwrap()
+    };
+    let native = run(None);
+    let pinned = run(Some("default"));
+    assert!(
+        native.pins.get("ATEN_CPU_CAPABILITY").is_none(),
+        "{native:?}"
+    );
+    assert_eq!(pinned.pins["ATEN_CPU_CAPABILITY"], "default");
+    assert_eq!(
+        pinned.aten_capability, "DEFAULT",
+        "libtorch reports the pinned level"
+    );
+    assert_ne!(native, pinned);
 }
 
 #[test]

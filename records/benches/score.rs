@@ -13,6 +13,7 @@ fn main() {
     let t0 = 1.8e9;
     let world = 1 + 8 * groups;
     let meta = RunMeta {
+        platform: Vec::new(),
         program_version: "bench".into(),
         config_json: "{}".into(),
         start_time_s: t0,

@@ -1,11 +1,11 @@
-//! The audit's records (docs/design.md §5–§6): which trials a reviewer re-trains (a sample drawn
-//! from a seed derived from the run digest, so the submitter cannot pick it), how each
-//! re-trained epoch is compared with the recorded one (bit-exact where the rank count and
-//! threads match, within [`ACCURACY_TOLERANCE`] and [`LOSS_TOLERANCE`] otherwise; counts
-//! always exactly), and `audit.h5`, sealed like the run's records: its rows are one chain
-//! and an audit digest covers every attribute of [`AUDIT_ATTRS`] and the chain's end.
-//! `aiperf score` reads it back beside the run's verdict. The re-training itself needs
-//! libtorch and MPI and lives in `aiperf audit`.
+//! The audit's records (docs/design.md §5–§6): which trials a reviewer re-trains (a sample
+//! drawn from the reviewer's randomness combined with the run digest, so that neither side
+//! alone chooses it, plus the trial that holds the best accuracy), what each re-training gave
+//! beside the record, and `audit.h5`, sealed like the run's records: its datasets are chains
+//! and an audit digest covers every attribute of [`AUDIT_ATTRS`] and the chains' ends. The
+//! verdict is recomputed from the figures by [`judge::judge`], by the audit and by every
+//! scorer; `aiperf score` calls an audit verified only when given its digest. The
+//! re-training itself needs libtorch and MPI and lives in `aiperf audit`.
 
 use std::path::Path;
 
@@ -17,19 +17,48 @@ use crate::digest::{self, Digest};
 use crate::error::RecordError;
 use crate::outputs;
 use crate::schema::{AttrKind, AttrSpec, AttrValue, EpochRow, TrialRow, Written, SCHEMA_VERSION};
-use crate::source::Source;
 use crate::writer::{write_attr, write_text_attr};
+
+pub mod judge;
+mod read;
+mod stats;
+
+pub use judge::{judge, Judgement};
+pub use read::{read, summary, AuditRecord, AuditSummary};
 
 /// The audit's file, in the run's folder.
 pub const AUDIT_FILE: &str = "audit.h5";
-/// Largest |audited − recorded| validation accuracy accepted when the audit cannot be
-/// bit-exact (another rank count or thread count: batch-norm statistics over other shards
-/// and sums in another order).
-pub const ACCURACY_TOLERANCE: f64 = 0.05;
-/// Largest relative |audited − recorded| loss accepted likewise.
-pub const LOSS_TOLERANCE: f64 = 0.15;
+/// Trials drawn by default besides the best one: with a fraction f of the trials copies of
+/// others, a draw of n misses every copy with probability about (1 − f)^n — 3 % for n = 5
+/// when half are copies (docs/reviewer.md).
+pub const DEFAULT_TRIALS: usize = 5;
+/// Re-trainings per sampled epoch in statistical mode by default (the recorded seed and two
+/// more).
+pub const DEFAULT_SEEDS: u32 = 3;
+/// Family-wise false-alarm rate of the statistical mode by default.
+pub const DEFAULT_ALPHA: f64 = 0.01;
 
-/// One re-trained epoch beside the recorded one (`audit.h5`, dataset `epochs`).
+/// How the audit compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub enum Mode {
+    /// Same platform, ranks and threads: every figure bit-identical.
+    Exact,
+    /// Elsewhere: each recorded figure inside the re-trainings' prediction interval.
+    Statistical,
+}
+
+impl Mode {
+    /// As stored: `exact` or `statistical`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Exact => "exact",
+            Mode::Statistical => "statistical",
+        }
+    }
+}
+
+/// One re-trained epoch beside the recorded one (`audit.h5`, dataset `epochs`): the
+/// re-training with the trial's recorded seed.
 #[derive(H5Type, Clone, Copy, Debug, PartialEq, Serialize)]
 #[repr(C)]
 pub struct AuditRow {
@@ -55,20 +84,53 @@ pub struct AuditRow {
     pub val_loss: [f64; 2],
     /// Validation accuracy recorded / re-trained.
     pub val_accuracy: [f64; 2],
-    /// 1 when the epoch agrees (under the audit's mode), else 0.
-    pub agrees: u8,
+    /// The epoch's duration recorded / re-trained, seconds (NaN unless `--timed`).
+    pub seconds: [f64; 2],
     /// Running SHA-256 of the previous row's digest and this row's fields.
     pub digest: [u8; 32],
 }
 
-impl digest::Carried for AuditRow {
-    fn digest(&self) -> Digest {
-        self.digest
-    }
-    fn set_digest(&mut self, d: Digest) {
-        self.digest = d;
-    }
+/// A further re-training of a sampled epoch (`audit.h5`, dataset `seeds`): another seed in
+/// statistical mode, a repeat of the recorded seed under `--timed`.
+#[derive(H5Type, Clone, Copy, Debug, PartialEq, Serialize)]
+#[repr(C)]
+pub struct SeedRow {
+    /// The trial's group.
+    pub group: u32,
+    /// Its model id.
+    pub model_id: u64,
+    /// The epoch (from 1).
+    pub epoch: u32,
+    /// Which re-training (from 1; 0 is the `epochs` row's).
+    pub index: u32,
+    /// The seed it trained with.
+    pub seed: u64,
+    /// Mean training loss.
+    pub train_loss: f64,
+    /// Validation loss.
+    pub val_loss: f64,
+    /// Validation accuracy.
+    pub val_accuracy: f64,
+    /// The epoch's duration, seconds.
+    pub seconds: f64,
+    /// Running SHA-256 of the previous row's digest and this row's fields.
+    pub digest: [u8; 32],
 }
+
+macro_rules! carried {
+    ($t:ty) => {
+        impl digest::Carried for $t {
+            fn digest(&self) -> Digest {
+                self.digest
+            }
+            fn set_digest(&mut self, d: Digest) {
+                self.digest = d;
+            }
+        }
+    };
+}
+carried!(AuditRow);
+carried!(SeedRow);
 
 /// Attribute names of `audit.h5`.
 pub mod attr {
@@ -78,22 +140,36 @@ pub mod attr {
     pub const PROGRAM_VERSION: &str = "program_version";
     /// string: the audited run's run digest (hex).
     pub const RUN_DIGEST: &str = "run_digest";
-    /// u64: the sample's seed, derived from the run digest ([`super::sample_seed`]).
+    /// u64: the reviewer's draw (fresh randomness unless `--draw` repeats one).
+    pub const DRAW: &str = "draw";
+    /// u64: the sample's seed, from the run digest and the draw ([`super::sample_seed`]).
     pub const SAMPLE_SEED: &str = "sample_seed";
     /// u32: trials re-trained.
     pub const TRIALS: &str = "trials";
-    /// u32: epochs re-trained per trial (at most).
+    /// u32: epochs re-trained per drawn trial (at most).
     pub const EPOCHS: &str = "epochs";
     /// u32: training ranks the audit used.
     pub const RANKS: &str = "ranks";
     /// u32: CPU threads per rank the audit used.
     pub const THREADS: &str = "threads";
-    /// string: `bit-exact` or the tolerance applied and why.
+    /// string: `exact` or `statistical`.
     pub const MODE: &str = "mode";
-    /// string: `PASSED` or `FAILED`.
+    /// string: why that mode.
+    pub const MODE_REASON: &str = "mode_reason";
+    /// u32: re-trainings per sampled epoch.
+    pub const SEEDS: &str = "seeds";
+    /// f64: family-wise false-alarm rate of the statistical mode.
+    pub const ALPHA: &str = "alpha";
+    /// u32: 1 when epoch times were compared (`--timed`).
+    pub const TIMED: &str = "timed";
+    /// string: JSON [`crate::platform::Fingerprint`] of the auditing ranks.
+    pub const PLATFORM: &str = "platform";
+    /// string: the verdict at writing (`PASSED`, `FAILED`); readers recompute it.
     pub const VERDICT: &str = "verdict";
     /// string: JSON [`crate::digest::ChainEnd`] of the `epochs` rows.
     pub const ROWS_DIGEST: &str = "rows_digest";
+    /// string: JSON [`crate::digest::ChainEnd`] of the `seeds` rows.
+    pub const SEEDS_DIGEST: &str = "seeds_digest";
     /// string: the audit digest over every other attribute, hex.
     pub const AUDIT_DIGEST: &str = "audit_digest";
 }
@@ -103,6 +179,7 @@ const fn spec(name: &'static str, kind: AttrKind) -> AttrSpec {
         name,
         kind,
         written: Written::AtStart,
+        since: 4,
     }
 }
 
@@ -111,22 +188,31 @@ pub const AUDIT_ATTRS: &[AttrSpec] = &[
     spec(attr::SCHEMA_VERSION, AttrKind::U32),
     spec(attr::PROGRAM_VERSION, AttrKind::Text),
     spec(attr::RUN_DIGEST, AttrKind::Text),
+    spec(attr::DRAW, AttrKind::U64),
     spec(attr::SAMPLE_SEED, AttrKind::U64),
     spec(attr::TRIALS, AttrKind::U32),
     spec(attr::EPOCHS, AttrKind::U32),
     spec(attr::RANKS, AttrKind::U32),
     spec(attr::THREADS, AttrKind::U32),
     spec(attr::MODE, AttrKind::Text),
+    spec(attr::MODE_REASON, AttrKind::Text),
+    spec(attr::SEEDS, AttrKind::U32),
+    spec(attr::ALPHA, AttrKind::F64),
+    spec(attr::TIMED, AttrKind::U32),
+    spec(attr::PLATFORM, AttrKind::Text),
     spec(attr::VERDICT, AttrKind::Text),
     spec(attr::ROWS_DIGEST, AttrKind::Text),
+    spec(attr::SEEDS_DIGEST, AttrKind::Text),
 ];
 
 /// The sample's seed: the first 8 bytes (little-endian) of SHA-256 of
-/// `aiperf-audit-sample-1`, NUL and the run digest's 32 bytes.
-pub fn sample_seed(run_digest: &Digest) -> u64 {
+/// `aiperf-audit-sample-2`, NUL, the run digest's 32 bytes and the draw (8 bytes,
+/// little-endian).
+pub fn sample_seed(run_digest: &Digest, draw: u64) -> u64 {
     let mut h = Sha256::new();
-    h.update(b"aiperf-audit-sample-1\0");
+    h.update(b"aiperf-audit-sample-2\0");
     h.update(run_digest);
+    h.update(draw.to_le_bytes());
     let d: Digest = h.finalize().into();
     u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
 }
@@ -176,41 +262,13 @@ pub struct Retrained {
     pub val_loss: f64,
     /// Validation accuracy.
     pub val_accuracy: f64,
+    /// The epoch's duration, seconds.
+    pub seconds: f64,
 }
 
-/// Whether `b` is within `rel` of `a` relatively (or both are the same bits).
-fn near(a: f64, b: f64, rel: f64) -> bool {
-    a.to_bits() == b.to_bits() || (a - b).abs() <= rel * a.abs().max(b.abs())
-}
-
-/// The row comparing recorded `r` with re-trained `a` of `group`'s model; `exact`: every
-/// value must be bit-identical. Counts and ops must be equal in either mode.
-pub fn compare(group: u32, r: &EpochRow, a: &Retrained, exact: bool) -> AuditRow {
-    let counts = [
-        r.train_images,
-        r.steps,
-        r.val_images,
-        r.train_ops,
-        r.val_ops,
-    ] == [
-        a.train_images,
-        a.steps,
-        a.val_images,
-        a.train_ops,
-        a.val_ops,
-    ];
-    let floats = [
-        (r.train_loss, a.train_loss),
-        (r.val_loss, a.val_loss),
-        (r.val_accuracy, a.val_accuracy),
-    ];
-    let values = if exact {
-        floats.iter().all(|(x, y)| x.to_bits() == y.to_bits())
-    } else {
-        near(r.train_loss, a.train_loss, LOSS_TOLERANCE)
-            && near(r.val_loss, a.val_loss, LOSS_TOLERANCE)
-            && (r.val_accuracy - a.val_accuracy).abs() <= ACCURACY_TOLERANCE
-    };
+/// The row setting recorded epoch `r` (of `group`, its duration `recorded_s`) beside its
+/// re-training `a` with the recorded seed.
+pub fn row(group: u32, r: &EpochRow, a: &Retrained, recorded_s: f64) -> AuditRow {
     AuditRow {
         group,
         model_id: r.model_id,
@@ -223,41 +281,25 @@ pub fn compare(group: u32, r: &EpochRow, a: &Retrained, exact: bool) -> AuditRow
         train_loss: [r.train_loss, a.train_loss],
         val_loss: [r.val_loss, a.val_loss],
         val_accuracy: [r.val_accuracy, a.val_accuracy],
-        agrees: u8::from(counts && values),
+        seconds: [recorded_s, a.seconds],
         digest: [0; 32],
     }
 }
 
-/// What differs in a row that does not agree, in words.
-pub fn differences(row: &AuditRow) -> String {
-    let mut out = Vec::new();
-    for (name, [rec, got]) in [
-        ("train_images", row.train_images),
-        ("steps", row.steps),
-        ("val_images", row.val_images),
-        ("train_ops", row.train_ops),
-        ("val_ops", row.val_ops),
-    ] {
-        if rec != got {
-            out.push(format!("{name} recorded {rec}, re-trained {got}"));
-        }
+/// The row of a further re-training (`index` ≥ 1, with `seed`) of recorded epoch `r`.
+pub fn seed_row(group: u32, r: &EpochRow, index: u32, seed: u64, a: &Retrained) -> SeedRow {
+    SeedRow {
+        group,
+        model_id: r.model_id,
+        epoch: r.epoch,
+        index,
+        seed,
+        train_loss: a.train_loss,
+        val_loss: a.val_loss,
+        val_accuracy: a.val_accuracy,
+        seconds: a.seconds,
+        digest: [0; 32],
     }
-    for (name, [rec, got]) in [
-        ("train_loss", row.train_loss),
-        ("val_loss", row.val_loss),
-        ("val_accuracy", row.val_accuracy),
-    ] {
-        if rec.to_bits() != got.to_bits() {
-            out.push(format!("{name} recorded {rec}, re-trained {got}"));
-        }
-    }
-    format!(
-        "group {} model {} epoch {}: {}",
-        row.group,
-        row.model_id,
-        row.epoch,
-        out.join(", ")
-    )
 }
 
 /// The audit as `aiperf audit` writes it and `aiperf score` reads it back.
@@ -265,54 +307,69 @@ pub fn differences(row: &AuditRow) -> String {
 pub struct Audit {
     /// The audited run's digest (hex).
     pub run_digest: String,
-    /// The sample's seed.
+    /// The reviewer's draw.
+    pub draw: u64,
+    /// The sample's seed ([`sample_seed`] of the run digest and the draw).
     pub sample_seed: u64,
     /// Trials re-trained.
     pub trials: u32,
-    /// Epochs re-trained per trial (at most).
+    /// Epochs re-trained per drawn trial (at most; the best trial up to its best epoch).
     pub epochs: u32,
     /// Training ranks used.
     pub ranks: u32,
     /// Threads per rank used.
     pub threads: u32,
-    /// `bit-exact` or the tolerance applied.
-    pub mode: String,
-    /// `PASSED` or `FAILED`.
+    /// How it compares.
+    pub mode: Mode,
+    /// Why that mode, in words.
+    pub mode_reason: String,
+    /// Re-trainings per sampled epoch (statistical: seeds; exact: 1, or repeats if timed).
+    pub seeds: u32,
+    /// Family-wise false-alarm rate (statistical mode).
+    pub alpha: f64,
+    /// Whether epoch times were compared.
+    pub timed: bool,
+    /// The auditing ranks' platform fingerprint, JSON.
+    pub platform_json: String,
+    /// `PASSED` or `FAILED`, as [`judge::judge`] gives it.
     pub verdict: String,
-    /// One row per re-trained epoch.
+    /// One row per re-trained epoch (recorded seed).
     pub rows: Vec<AuditRow>,
+    /// The further re-trainings.
+    pub seed_rows: Vec<SeedRow>,
 }
 
 impl Audit {
-    /// The attributes' values in [`AUDIT_ATTRS`] order, the rows' chain end included.
+    /// The attributes' values in [`AUDIT_ATTRS`] order, the chains' ends included.
     fn attrs(&self) -> Vec<(&'static str, Option<AttrValue>)> {
-        let end = self.rows_end();
         let text = |s: &str| Some(AttrValue::Text(s.into()));
+        let end = |e: digest::ChainEnd| text(&serde_json::to_string(&e).expect("plain data"));
+        let u32v = |v: u32| Some(AttrValue::U32(v));
         vec![
-            (attr::SCHEMA_VERSION, Some(AttrValue::U32(SCHEMA_VERSION))),
+            (attr::SCHEMA_VERSION, u32v(SCHEMA_VERSION)),
             (attr::PROGRAM_VERSION, text(&crate::version::short())),
             (attr::RUN_DIGEST, text(&self.run_digest)),
+            (attr::DRAW, Some(AttrValue::U64(self.draw))),
             (attr::SAMPLE_SEED, Some(AttrValue::U64(self.sample_seed))),
-            (attr::TRIALS, Some(AttrValue::U32(self.trials))),
-            (attr::EPOCHS, Some(AttrValue::U32(self.epochs))),
-            (attr::RANKS, Some(AttrValue::U32(self.ranks))),
-            (attr::THREADS, Some(AttrValue::U32(self.threads))),
-            (attr::MODE, text(&self.mode)),
+            (attr::TRIALS, u32v(self.trials)),
+            (attr::EPOCHS, u32v(self.epochs)),
+            (attr::RANKS, u32v(self.ranks)),
+            (attr::THREADS, u32v(self.threads)),
+            (attr::MODE, text(self.mode.as_str())),
+            (attr::MODE_REASON, text(&self.mode_reason)),
+            (attr::SEEDS, u32v(self.seeds)),
+            (attr::ALPHA, Some(AttrValue::F64(self.alpha))),
+            (attr::TIMED, u32v(u32::from(self.timed))),
+            (attr::PLATFORM, text(&self.platform_json)),
             (attr::VERDICT, text(&self.verdict)),
-            (
-                attr::ROWS_DIGEST,
-                text(&serde_json::to_string(&end).expect("plain data")),
-            ),
+            (attr::ROWS_DIGEST, end(self.end("epochs", &self.rows))),
+            (attr::SEEDS_DIGEST, end(self.end("seeds", &self.seed_rows))),
         ]
     }
 
-    fn rows_end(&self) -> digest::ChainEnd {
-        let seed = digest::chain_seed(AUDIT_FILE, "epochs");
-        digest::ChainEnd::new(
-            "epochs",
-            self.rows.len() as u64,
-            &digest::chain(seed, &self.rows),
-        )
+    fn end<T: H5Type>(&self, dataset: &'static str, rows: &[T]) -> digest::ChainEnd {
+        let seed = digest::chain_seed(AUDIT_FILE, dataset);
+        digest::ChainEnd::new(dataset, rows.len() as u64, &digest::chain(seed, rows))
     }
 
     /// Writes `path` (refusing to replace an existing file), sealed; returns the audit
@@ -352,9 +409,15 @@ impl Audit {
         let file = File::create(tmp).map_err(h5)?;
         let mut rows = self.rows.clone();
         digest::seal(digest::chain_seed(AUDIT_FILE, "epochs"), &mut rows);
+        let mut seeds = self.seed_rows.clone();
+        digest::seal(digest::chain_seed(AUDIT_FILE, "seeds"), &mut seeds);
         file.new_dataset_builder()
             .with_data(&rows)
             .create("epochs")
+            .map_err(h5)?;
+        file.new_dataset_builder()
+            .with_data(&seeds)
+            .create("seeds")
             .map_err(h5)?;
         let attrs = self.attrs();
         for (name, value) in &attrs {
@@ -371,121 +434,6 @@ impl Audit {
         file.flush().map_err(h5)?;
         file.close().map_err(h5)?;
         Ok(sealed)
-    }
-}
-
-/// An audit read back: what it says and whether its seal holds for these records.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct AuditRecord {
-    /// The audit.
-    pub audit: Audit,
-    /// Why it cannot be trusted (altered, or the audit of other records); empty: sound.
-    pub problems: Vec<String>,
-}
-
-/// `dir/audit.h5`, if there is one, checked against its seal and `run_digest` (hex) of the
-/// records in `dir`.
-pub fn read(dir: &Path, run_digest: Option<&str>) -> Result<Option<AuditRecord>, RecordError> {
-    let path = dir.join(AUDIT_FILE);
-    if !path.is_file() {
-        return Ok(None);
-    }
-    let f = Source::open(&path)?;
-    let values = AUDIT_ATTRS
-        .iter()
-        .map(|s| Ok((s.name, f.attr_value(s)?)))
-        .collect::<Result<Vec<_>, RecordError>>()?;
-    let get_u32 = |name: &str| f.attr::<u32>(name);
-    let rows = f.rows::<AuditRow>("epochs")?;
-    let audit = Audit {
-        run_digest: f.text(attr::RUN_DIGEST)?,
-        sample_seed: f.attr(attr::SAMPLE_SEED)?,
-        trials: get_u32(attr::TRIALS)?,
-        epochs: get_u32(attr::EPOCHS)?,
-        ranks: get_u32(attr::RANKS)?,
-        threads: get_u32(attr::THREADS)?,
-        mode: f.text(attr::MODE)?,
-        verdict: f.text(attr::VERDICT)?,
-        rows,
-    };
-    let mut problems = Vec::new();
-    let seed = digest::chain_seed(AUDIT_FILE, "epochs");
-    if let Some(row) = digest::first_broken(seed, &audit.rows) {
-        problems.push(format!(
-            "audit.h5 epochs row {row}: its digest does not follow: the audit was altered"
-        ));
-    }
-    let stored = f.text(attr::AUDIT_DIGEST)?;
-    let recomputed = digest::hex(&digest::run_digest(&values));
-    let end = serde_json::to_string(&audit.rows_end()).expect("plain data");
-    if !stored.eq_ignore_ascii_case(&recomputed) || f.text(attr::ROWS_DIGEST)? != end {
-        problems.push("audit.h5: its audit digest does not match its attributes and rows: the audit was altered".into());
-    }
-    let failed = audit.rows.iter().any(|r| r.agrees == 0);
-    if (audit.verdict == "PASSED") == failed {
-        problems.push(format!(
-            "audit.h5: verdict {} contradicts its rows",
-            audit.verdict
-        ));
-    }
-    match run_digest {
-        Some(d) if d.eq_ignore_ascii_case(&audit.run_digest) => {}
-        _ => problems.push(format!(
-            "audit.h5 audits the records with run digest {}, not these ({}): it is another run's audit",
-            audit.run_digest,
-            run_digest.unwrap_or("no run digest")
-        )),
-    }
-    Ok(Some(AuditRecord { audit, problems }))
-}
-
-/// What `aiperf score` shows of an audit beside the run's verdict.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct AuditSummary {
-    /// `PASSED`, `FAILED`, or `NOT TRUSTED` (altered, another run's, unreadable).
-    pub verdict: String,
-    /// `bit-exact` or the tolerance applied.
-    pub mode: String,
-    /// Trials re-trained.
-    pub trials: u32,
-    /// Epochs compared.
-    pub epochs: usize,
-    /// Each epoch that did not agree, in words.
-    pub failures: Vec<String>,
-    /// Why the audit cannot be trusted (empty: sound).
-    pub problems: Vec<String>,
-}
-
-/// The summary of `dir/audit.h5` against the records' run digest; `None` without one.
-pub fn summary(dir: &Path, run_digest: Option<&str>) -> Option<AuditSummary> {
-    match read(dir, run_digest) {
-        Ok(None) => None,
-        Ok(Some(r)) => Some(AuditSummary {
-            verdict: if r.problems.is_empty() {
-                r.audit.verdict.clone()
-            } else {
-                "NOT TRUSTED".into()
-            },
-            mode: r.audit.mode.clone(),
-            trials: r.audit.trials,
-            epochs: r.audit.rows.len(),
-            failures: r
-                .audit
-                .rows
-                .iter()
-                .filter(|row| row.agrees == 0)
-                .map(differences)
-                .collect(),
-            problems: r.problems,
-        }),
-        Err(e) => Some(AuditSummary {
-            verdict: "NOT TRUSTED".into(),
-            mode: String::new(),
-            trials: 0,
-            epochs: 0,
-            failures: Vec::new(),
-            problems: vec![e.to_string()],
-        }),
     }
 }
 

@@ -25,6 +25,11 @@ pub struct ScoreArgs {
     /// records must be the ones that job wrote (one run only).
     #[arg(long, value_name = "HEX")]
     pub digest: Option<String>,
+    /// The audit digest `aiperf audit` printed ("audit digest <64 hex digits>"): only with it
+    /// is the folder's audit.h5 shown as verified — an audit proves something only to whoever
+    /// ran it (one run only).
+    #[arg(long, value_name = "HEX")]
+    pub audit_digest: Option<String>,
     /// Print JSON (one document with every run) instead of the text summary.
     #[arg(long)]
     pub json: bool,
@@ -54,14 +59,19 @@ pub enum Outcome {
     Invalid,
     /// The records are altered or not the ones `--digest` names: 5.
     Altered,
-    /// The run's audit (`audit.h5`) failed or cannot be trusted: 6.
+    /// The run's audit failed, or `--audit-digest` was given and the folder's audit is
+    /// altered or not that audit: 6. An audit not verified by its digest never changes the
+    /// exit status.
     AuditFailed,
 }
 
 impl Outcome {
     /// The outcome of one score.
     pub fn of(s: &score::Score) -> Outcome {
-        let audit_failed = s.audit.as_ref().is_some_and(|a| a.verdict != "PASSED");
+        let audit_failed = s
+            .audit
+            .as_ref()
+            .is_some_and(|a| a.checked && a.verdict != "PASSED");
         if audit_failed {
             Outcome::AuditFailed
         } else if s.integrity.records == "altered"
@@ -186,6 +196,15 @@ pub fn run(args: &ScoreArgs) -> anyhow::Result<Outcome> {
         Some(hex) => Some(digest::parse_hex(hex).map_err(|e| anyhow::anyhow!("--digest {e}"))?),
         None => None,
     };
+    let audit_digest = match &args.audit_digest {
+        Some(_) if args.runs.len() > 1 => {
+            anyhow::bail!("--audit-digest checks one run's audit: give one run folder with it")
+        }
+        Some(hex) => {
+            Some(digest::parse_hex(hex).map_err(|e| anyhow::anyhow!("--audit-digest {e}"))?)
+        }
+        None => None,
+    };
     check_outputs(args)?;
     let mut scores = Vec::new();
     let mut runs = Vec::new();
@@ -194,7 +213,12 @@ pub fn run(args: &ScoreArgs) -> anyhow::Result<Outcome> {
         let interval = args
             .interval
             .unwrap_or_else(|| score::default_interval(&run));
-        scores.push(score::score_with_digest(&run, interval, expected.as_ref())?);
+        scores.push(score::score_with_digest(
+            &run,
+            interval,
+            expected.as_ref(),
+            audit_digest.as_ref(),
+        )?);
         runs.push(run);
     }
     if args.scaling {

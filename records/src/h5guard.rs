@@ -494,6 +494,7 @@ mod tests {
 
     fn meta() -> RunMeta {
         RunMeta {
+            platform: Vec::new(),
             program_version: "test".into(),
             config_json: "{}".into(),
             start_time_s: 1.8e9,
@@ -517,6 +518,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         // A configuration and architectures longer than a 4096-byte heap collection.
         let m = RunMeta {
+            platform: Vec::new(),
             config_json: "x".repeat(10_000),
             ..meta()
         };

@@ -1,4 +1,4 @@
-//! Whether a run's records are the ones it wrote (docs/design.md §6, schema 3): every dataset's
+//! Whether a run's records are the ones it wrote (docs/design.md §6, schemas 3 and 4): every dataset's
 //! digest chain in every file, each chain's end against what `primary.h5` recorded at the
 //! clean stop, every group file's attributes against the same record, no attribute outside
 //! the schema (nothing would seal it), the run digest against every sealed attribute, and a
@@ -76,7 +76,8 @@ fn check_unsealed(run: &Run, out: &mut Integrity) {
     for (file, names) in files {
         for name in names {
             out.problems.push(format!(
-                "{file}: attribute {name:?} is not part of schema 3, so no digest covers it: it was added after the run"
+                "{file}: attribute {name:?} is not part of schema {}, so no digest covers it: it was added after the run",
+                run.info.schema_version
             ));
         }
     }

@@ -13,6 +13,7 @@ mod h5guard;
 mod h5msg;
 pub mod integrity;
 pub mod outputs;
+pub mod platform;
 pub mod plots;
 pub mod reader;
 pub mod recount;

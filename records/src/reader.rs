@@ -13,7 +13,7 @@ use crate::digest::{ChainEnd, GroupChain};
 use crate::error::RecordError;
 use crate::schema::{
     attr, group_file, AttrValue, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, TrialStatus,
-    GROUP_ATTRS, PRIMARY_ATTRS, PRIMARY_FILE,
+    GROUP_ATTRS, PRIMARY_FILE,
 };
 use crate::source::Source;
 
@@ -56,6 +56,8 @@ pub struct RunInfo {
     pub devices: Vec<String>,
     /// The run's seed.
     pub seed: u64,
+    /// One entry per distinct platform among the ranks (schema 4); `None`: not recorded.
+    pub platform: Option<Vec<crate::platform::PlatformEntry>>,
     /// The groups' chains recorded at a clean stop (schema 3).
     pub group_chains: Option<Vec<GroupChain>>,
     /// The primary's own datasets' chains recorded at a clean stop (schema 3).
@@ -226,14 +228,12 @@ fn read_info(p: &Source) -> Result<RunInfo, RecordError> {
     let v2 = p.version() >= 2;
     let group_chains = chains(p, attr::GROUP_DIGESTS, "{group, ranks, chains}")?;
     let primary_chains = chains(p, attr::PRIMARY_DIGESTS, "{dataset, rows, digest}")?;
-    let sealed = PRIMARY_ATTRS
-        .iter()
+    let sealed = crate::schema::primary_attrs(p.version())
         .map(|s| Ok((s.name, p.attr_value(s)?)))
         .collect::<Result<Vec<_>, RecordError>>()?;
     let unsealed = unsealed(
         p,
-        PRIMARY_ATTRS
-            .iter()
+        crate::schema::primary_attrs(p.version())
             .map(|s| s.name)
             .chain([attr::RUN_DIGEST]),
     )?;
@@ -266,6 +266,14 @@ fn read_info(p: &Source) -> Result<RunInfo, RecordError> {
         devices: serde_json::from_str(&p.text(attr::DEVICES)?)
             .map_err(|e| bad(attr::DEVICES, format!("not a JSON list of strings ({e})")))?,
         seed: p.attr(attr::SEED)?,
+        platform: if p.version() >= 4 {
+            Some(
+                crate::platform::parse(&p.text(attr::PLATFORM)?)
+                    .map_err(|e| bad(attr::PLATFORM, e))?,
+            )
+        } else {
+            None
+        },
         group_chains,
         primary_chains,
         run_digest: optional(p, attr::RUN_DIGEST, || p.text(attr::RUN_DIGEST))?,

@@ -253,6 +253,7 @@ pub fn records_line(s: &Score) -> String {
 
 /// The records and verdict lines of [`text`], then the warnings.
 fn write_verdict(t: &mut String, s: &Score) {
+    write_platform(t, s);
     let _ = writeln!(t, "  records                  {}", records_line(s));
     let status = match s.verdict.status {
         Status::Valid => "VALID",
@@ -263,16 +264,7 @@ fn write_verdict(t: &mut String, s: &Score) {
     for r in &s.verdict.reasons {
         let _ = writeln!(t, "    - {r}");
     }
-    if let Some(a) = &s.audit {
-        let _ = writeln!(
-            t,
-            "  audit                    {} ({} trial(s), {} epoch(s) re-trained; {})",
-            a.verdict, a.trials, a.epochs, a.mode
-        );
-        for line in a.problems.iter().chain(&a.failures) {
-            let _ = writeln!(t, "    - {line}");
-        }
-    }
+    write_audit(t, s);
     for w in &s.warnings {
         let _ = writeln!(t, "  warning: {w}");
     }
@@ -374,37 +366,137 @@ pub fn csv(s: &Score) -> String {
     t
 }
 
-/// `aiperf audit`'s table: every re-trained epoch beside its record, then the verdict.
-pub fn audit_text(a: &crate::audit::Audit) -> String {
+/// The platform lines: one per distinct fingerprint, or why none is known.
+fn write_platform(t: &mut String, s: &Score) {
+    match &s.platform {
+        None => {
+            let _ = writeln!(
+                t,
+                "  platform                 unknown (records of schema 3 and older do not name it)"
+            );
+        }
+        Some(entries) => {
+            for e in entries {
+                let _ = writeln!(
+                    t,
+                    "  platform                 ranks {:?} on {}: {}",
+                    e.ranks,
+                    e.hosts.join(", "),
+                    e.fingerprint.summary()
+                );
+            }
+        }
+    }
+}
+
+/// The power line of a statistical audit: the smallest uniform shifts it would have caught.
+pub fn power_line(power: &[crate::audit::judge::Power]) -> String {
+    let part = |p: &crate::audit::judge::Power| {
+        let sign = if p.value == "val_accuracy" {
+            "+"
+        } else {
+            "−"
+        };
+        format!("{} {sign}{:.4}", p.value, p.shift)
+    };
+    format!(
+        "would have caught a uniform shift of {}",
+        power.iter().map(part).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// The audit lines of [`text`]: its verdict, whether it is verified, mode, power, failures.
+fn write_audit(t: &mut String, s: &Score) {
+    let Some(a) = &s.audit else {
+        return;
+    };
+    let proof = if a.verified {
+        "verified by its audit digest"
+    } else if a.checked {
+        "NOT the audit whose digest was given"
+    } else {
+        "unverified: an audit proves something only to whoever ran it; give its digest with --audit-digest"
+    };
+    let _ = writeln!(
+        t,
+        "  audit                    {} ({} trial(s), {} epoch(s) re-trained, {} mode; {proof})",
+        a.verdict, a.trials, a.epochs, a.mode
+    );
+    if !a.mode_reason.is_empty() {
+        let _ = writeln!(t, "    - mode: {}", a.mode_reason);
+    }
+    if a.mode == "statistical" && !a.power.is_empty() {
+        let _ = writeln!(
+            t,
+            "    - {} re-trainings per epoch, family-wise α = {}; {}",
+            a.seeds,
+            a.alpha,
+            power_line(&a.power)
+        );
+    }
+    for line in a.problems.iter().chain(&a.failures) {
+        let _ = writeln!(t, "    - {line}");
+    }
+}
+
+/// `aiperf audit`'s table: its mode and why, every compared value beside the re-trainings,
+/// the power, then the verdict.
+pub fn audit_text(a: &crate::audit::Audit, j: &crate::audit::Judgement) -> String {
     let mut t = String::new();
     let _ = writeln!(
         t,
-        "aiperf audit: {} trial(s) of the run with digest {}, sample seed {:#018x}; {}",
-        a.trials, a.run_digest, a.sample_seed, a.mode
+        "aiperf audit: {} trial(s) of the run with digest {}; draw {:#018x}, sample seed {:#018x}",
+        a.trials, a.run_digest, a.draw, a.sample_seed
     );
     let _ = writeln!(
         t,
-        "  group    model  epoch   steps    val acc (recorded → re-trained)     train loss (recorded → re-trained)   agrees"
+        "  mode                     {} ({})",
+        a.mode.as_str(),
+        a.mode_reason
     );
-    for r in &a.rows {
+    if a.mode == crate::audit::Mode::Statistical {
         let _ = writeln!(
             t,
-            "  {:>5} {:>8} {:>6} {:>7}    {:.6} → {:.6}                    {:.6} → {:.6}                {}",
-            r.group,
-            r.model_id,
-            r.epoch,
-            r.steps[1],
-            r.val_accuracy[0],
-            r.val_accuracy[1],
-            r.train_loss[0],
-            r.train_loss[1],
-            if r.agrees == 1 { "yes" } else { "NO" }
+            "  statistic                {} re-trainings per epoch; family-wise α = {} over {} values; critical |z| = {:.3}",
+            a.seeds,
+            a.alpha,
+            j.findings.len(),
+            j.critical
         );
     }
-    for r in a.rows.iter().filter(|r| r.agrees == 0) {
-        let _ = writeln!(t, "  - {}", crate::audit::differences(r));
+    let _ = writeln!(
+        t,
+        "  group    model  epoch  value          recorded     re-trained        scale        z  agrees"
+    );
+    for f in &j.findings {
+        let _ = writeln!(
+            t,
+            "  {:>5} {:>8} {:>6}  {:<12} {:>10.6} {:>14.6} {:>12.6} {:>8.2}  {}",
+            f.group,
+            f.model_id,
+            f.epoch,
+            f.value,
+            f.recorded,
+            f.mean,
+            f.scale,
+            f.z,
+            if f.agrees { "yes" } else { "NO" }
+        );
     }
-    let _ = writeln!(t, "  verdict                  {}", a.verdict);
+    if a.mode == crate::audit::Mode::Statistical {
+        let _ = writeln!(t, "  power                    {}", power_line(&j.power));
+        for p in &j.power {
+            let _ = writeln!(
+                t,
+                "    {:<12} pooled spread {:.6} over {} degrees of freedom",
+                p.value, p.spread, p.df
+            );
+        }
+    }
+    for f in &j.failures {
+        let _ = writeln!(t, "  - {f}");
+    }
+    let _ = writeln!(t, "  verdict                  {}", j.verdict);
     t
 }
 

@@ -7,7 +7,7 @@
 use hdf5::H5Type;
 
 /// Version of this schema; readers refuse others.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 /// Version of the scoring and validity rules (docs/design.md §5).
 pub const RULES_VERSION: &str = "aiperf-rules-4";
 /// File name of the primary's records.
@@ -190,6 +190,9 @@ pub mod attr {
     /// `aiperf run --resume` — the last record before the stop and the moment the run went
     /// on. The down time between them counts as wall time.
     pub const RESUMES: &str = "resumes";
+    /// string (schema 4): JSON list of [`crate::platform::PlatformEntry`], one per distinct
+    /// platform fingerprint among the ranks.
+    pub const PLATFORM: &str = "platform";
 }
 
 /// One TPE observation (`primary.h5`, dataset `tpe`), in the order the primary learned them.
@@ -241,6 +244,8 @@ pub struct AttrSpec {
     pub kind: AttrKind,
     /// When it is written.
     pub written: Written,
+    /// The first schema version that has it (older records are sealed without it).
+    pub since: u32,
 }
 
 /// An attribute's value as stored.
@@ -261,7 +266,13 @@ const fn spec(name: &'static str, kind: AttrKind, written: Written) -> AttrSpec 
         name,
         kind,
         written,
+        since: 1,
     }
+}
+
+/// The attributes of [`PRIMARY_ATTRS`] that records of schema `version` have, in order.
+pub fn primary_attrs(version: u32) -> impl Iterator<Item = &'static AttrSpec> + Clone {
+    PRIMARY_ATTRS.iter().filter(move |s| s.since <= version)
 }
 
 /// Every attribute of `primary.h5` but the run digest, in the order the run digest
@@ -288,6 +299,7 @@ pub const PRIMARY_ATTRS: &[AttrSpec] = {
         spec(attr::PRECISION, Text, AtStart),
         spec(attr::DATASET_IDENTITY, Text, AtStart),
         spec(attr::SEARCH, Text, AtStart),
+        AttrSpec { since: 4, ..spec(attr::PLATFORM, Text, AtStart) },
         spec(attr::RESUMES, Text, OnResume),
         spec(attr::GROUP_DIGESTS, Text, AtStop),
         spec(attr::PRIMARY_DIGESTS, Text, AtStop),

@@ -132,6 +132,8 @@ pub struct Score {
     pub verdict: Verdict,
     /// The audit's verdict (`aiperf audit`), when the run's folder holds one.
     pub audit: Option<crate::audit::AuditSummary>,
+    /// The platforms the ranks ran on (`None`: records before schema 4 do not name them).
+    pub platform: Option<Vec<crate::platform::PlatformEntry>>,
     /// Qualifications of the result.
     pub warnings: Vec<String>,
 }
@@ -329,7 +331,7 @@ fn backwards(run: &Run) -> Vec<String> {
 
 /// Scores `run` with grid step `interval_s` (docs/design.md §5), verifying its digests.
 pub fn score(run: &Run, interval_s: f64) -> Result<Score, RecordError> {
-    score_with_digest(run, interval_s, None)
+    score_with_digest(run, interval_s, None, None)
 }
 
 /// The run's start, end and epochs sorted by completion time.
@@ -363,11 +365,13 @@ fn nodes(run: &Run) -> u32 {
     (hosts.len() as u32).max(1)
 }
 
-/// [`score`], also checking the run digest against `expected` (`aiperf score --digest`).
+/// [`score`], also checking the run digest against `expected` (`aiperf score --digest`) and
+/// the audit's against `audit_digest` (`--audit-digest`: only then is an audit verified).
 pub fn score_with_digest(
     run: &Run,
     interval_s: f64,
     expected: Option<&Digest>,
+    audit_digest: Option<&Digest>,
 ) -> Result<Score, RecordError> {
     let (t0, t_end, epochs) = span(run)?;
     let mut warnings = run.warnings.clone();
@@ -408,6 +412,7 @@ pub fn score_with_digest(
         verdict,
         integrity,
         warnings,
+        audit_digest: audit_digest.copied(),
     };
     Ok(assemble(run, &counted, duration_s, measured))
 }
@@ -421,6 +426,7 @@ struct Measured {
     stability: Stability,
     integrity: Integrity,
     warnings: Vec<String>,
+    audit_digest: Option<Digest>,
 }
 
 /// The score: the end of the timeline, per accelerator and per node, and the sums over the
@@ -433,7 +439,11 @@ fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> S
     let t_end = run.info.start_time_s + duration_s;
     let (allreduce_bytes_per_s, allreduce_epoch_bytes_per_s) = exchange(run, t_end);
     let trials_with = |s: TrialStatus| run.trials.iter().filter(|t| t.status == s).count();
-    let audit = crate::audit::summary(&run.dir, m.integrity.run_digest.as_deref());
+    let audit = crate::audit::summary(
+        &run.dir,
+        m.integrity.run_digest.as_deref(),
+        m.audit_digest.as_ref(),
+    );
     Score {
         run: run.dir.display().to_string(),
         interval_s: m.interval_s,
@@ -474,6 +484,7 @@ fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> S
         resources: crate::resources::summarise(run, t_end),
         verdict: m.verdict,
         audit,
+        platform: run.info.platform.clone(),
         warnings: m.warnings,
     }
 }
@@ -516,7 +527,12 @@ fn verdict(run: &Run, duration_s: f64, final_error: f64, integrity: &Integrity) 
     }
     invalid.extend(run.missing.iter().cloned());
     invalid.extend(integrity.problems.iter().cloned());
-    if integrity.records == "incomplete" {
+    if integrity.records == "incomplete" && run.info.run_digest.is_some() {
+        invalid.push(
+            "a group file the run recorded is missing: its rows cannot be verified or counted"
+                .into(),
+        );
+    } else if integrity.records == "incomplete" {
         invalid.push("no run digest: the run did not stop cleanly, so nothing seals its attributes or vouches for its last rows (resume it with `aiperf run --resume` and let it reach its deadline)".into());
     }
     invalid.extend(crate::recount::recount(run));

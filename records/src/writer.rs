@@ -47,6 +47,8 @@ pub struct RunMeta {
     pub precision: String,
     /// The dataset identity from the packs' headers, JSON ([`crate::rules::DatasetIdentity`]).
     pub dataset_json: String,
+    /// One entry per distinct platform among the ranks ([`crate::platform::entries`]).
+    pub platform: Vec<crate::platform::PlatformEntry>,
     /// The search as run, JSON ([`crate::rules::SearchRecord`]).
     pub search_json: String,
 }
@@ -192,6 +194,8 @@ impl PrimaryWriter {
         write_text_attr(&file, &path, attr::PRECISION, &meta.precision)?;
         write_text_attr(&file, &path, attr::DATASET_IDENTITY, &meta.dataset_json)?;
         write_text_attr(&file, &path, attr::SEARCH, &meta.search_json)?;
+        let platform = serde_json::to_string(&meta.platform).expect("plain data");
+        write_text_attr(&file, &path, attr::PLATFORM, &platform)?;
         let trials = table::<TrialRow>(&file, &path, "trials")?;
         let arch_ids = table::<u64>(&file, &path, "architecture_ids")?;
         let arch_json = table::<VarLenUnicode>(&file, &path, "architectures")?;

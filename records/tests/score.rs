@@ -79,6 +79,7 @@ fn a_crashed_run_is_scored_to_its_last_epoch_with_a_warning() {
         &read_run(tmp.path()).unwrap(),
         360.0,
         Some(&given),
+        None,
     )
     .unwrap();
     assert_eq!(

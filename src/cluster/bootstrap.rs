@@ -84,6 +84,8 @@ pub struct Common {
     pub hosts: Vec<String>,
     /// Every rank's device name.
     pub devices: Vec<String>,
+    /// Every rank's platform fingerprint (docs/design.md §6).
+    pub platform: Vec<aiperf_records::platform::Fingerprint>,
     /// The run's start on the common clock (a resumed run's original start).
     pub t0_s: f64,
 }
@@ -96,11 +98,24 @@ pub fn host_name() -> String {
         .to_string()
 }
 
-/// Collective: the common clock, hosts, devices and t0 (rank 0's now, or `resumed_t0`).
+/// Collective: the common clock, hosts, devices, platform fingerprints and t0 (rank 0's now, or `resumed_t0`).
 pub fn common(world: &SimpleCommunicator, place: &Placement, resumed_t0: Option<f64>) -> Common {
     let (clock, offsets) = clock::synchronise(world);
     let hosts = all_gather_strings(world, &host_name());
     let devices = all_gather_strings(world, &place.device_name);
+    let mine = crate::fingerprint::this_rank(place.threads);
+    let platform = all_gather_strings(world, &serde_json::to_string(&mine).expect("plain data"))
+        .iter()
+        .map(|j| {
+            // Every rank runs this aiperf, so this cannot fail unless a rank runs another.
+            serde_json::from_str(j).unwrap_or_else(|e| aiperf_records::platform::Fingerprint {
+                cpu_model: format!(
+                    "unreadable fingerprint ({e}): every rank must run the same aiperf"
+                ),
+                ..Default::default()
+            })
+        })
+        .collect();
     let mut t0 = [resumed_t0.unwrap_or_else(|| clock.now())];
     world.process_at_rank(0).broadcast_into(&mut t0[..]);
     Common {
@@ -108,6 +123,7 @@ pub fn common(world: &SimpleCommunicator, place: &Placement, resumed_t0: Option<
         offsets,
         hosts,
         devices,
+        platform,
         t0_s: t0[0],
     }
 }

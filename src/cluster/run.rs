@@ -77,6 +77,8 @@ pub struct StartRecord {
     pub precision: String,
     /// Every rank's device.
     pub devices: Vec<String>,
+    /// One entry per distinct platform among the ranks.
+    pub platform: Vec<aiperf_records::platform::PlatformEntry>,
 }
 
 /// Rank 0: opens (or, on resume, reopens) `primary.h5`, serves every group, closes the
@@ -115,6 +117,7 @@ pub fn run_primary(
             accelerators: (world.size() - 1) as u32,
             hosts: ctx.hosts.clone(),
             devices: start.devices.clone(),
+            platform: start.platform.clone(),
             seed: ctx.seed,
             dataset: start.dataset.name.clone(),
             start_architecture: preset.start.clone(),

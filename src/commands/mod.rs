@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use mpi::environment::Universe;
 
-pub use audit::{audit, AuditArgs, AuditFailed};
+pub use audit::{audit, AuditArgs, AuditFailed, DataDiffers, ModeChoice};
 pub use mpi_tools::{comm_bench, doctor, dp_check};
 pub use offline::{data_check, ops, search_sim};
 pub use run::run;

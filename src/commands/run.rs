@@ -87,6 +87,7 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         dataset,
         precision: precision_name(&config, &flags),
         devices: common.devices.clone(),
+        platform: aiperf_records::platform::entries(&common.platform, &common.hosts),
     };
     let p = &config.preset;
     if world.rank() == 0 {

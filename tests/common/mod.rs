@@ -179,6 +179,12 @@ pub const CLASSES: u32 = 4;
 /// sample carries the next class's label, so accuracy stays below 1 (the score's −ln error
 /// stays finite).
 pub fn write_split(dir: &Path, split: &str, n: usize, seed: u64) {
+    write_noisy_split(dir, split, n, seed, 10);
+}
+
+/// [`write_split`] with every `wrong`-th sample carrying the next class's label (accuracy
+/// stays below 1 − 1/`wrong`).
+pub fn write_noisy_split(dir: &Path, split: &str, n: usize, seed: u64, wrong: usize) {
     let path = dir.join(format!("{split}.aipk"));
     let mut w =
         aiperf_data_prep::PackWriter::create(&path, split, [1, SIDE, SIDE], CLASSES).unwrap();
@@ -204,7 +210,7 @@ pub fn write_split(dir: &Path, split: &str, n: usize, seed: u64) {
                 }
             })
             .collect();
-        let label = if i % 10 == 9 {
+        let label = if i % wrong == wrong - 1 {
             (class + 1) % CLASSES
         } else {
             class

@@ -51,7 +51,59 @@ fn retrained(r: &EpochRow) -> Retrained {
         train_loss: r.train_loss,
         val_loss: r.val_loss,
         val_accuracy: r.val_accuracy,
+        seconds: 2.0,
     }
+}
+
+fn audit(mode: Mode, rows: Vec<AuditRow>, seed_rows: Vec<SeedRow>) -> Audit {
+    Audit {
+        run_digest: "ab".repeat(32),
+        draw: 3,
+        sample_seed: 9,
+        trials: 1,
+        epochs: 1,
+        ranks: 2,
+        threads: 1,
+        mode,
+        mode_reason: "test".into(),
+        seeds: 1 + seed_rows.len() as u32,
+        alpha: 0.01,
+        timed: false,
+        platform_json: "{}".into(),
+        verdict: "PASSED".into(),
+        rows,
+        seed_rows,
+    }
+}
+
+/// A statistical audit of `n` epochs, each re-trained `s` times with accuracies spread
+/// ±0.01 about the record plus `shift` on the record of epoch `raised`.
+fn spread_audit(n: u32, s: u32, raised: u32, shift: f64) -> Audit {
+    let mut rows = Vec::new();
+    let mut seeds = Vec::new();
+    for e in 1..=n {
+        let mut r = EpochRow {
+            epoch: e,
+            ..epoch_row()
+        };
+        let sway = |k: u32| if k % 2 == 0 { 0.01 } else { -0.01 };
+        let mut first = retrained(&r);
+        first.val_accuracy += sway(0);
+        first.train_loss *= 1.0 + sway(1);
+        first.val_loss *= 1.0 + sway(0);
+        if e == raised {
+            r.val_accuracy += shift;
+        }
+        rows.push(row(0, &r, &first, 2.0));
+        for k in 1..s {
+            let mut other = retrained(&r);
+            other.val_accuracy = 0.5 + sway(k);
+            other.train_loss = 1.0 * (1.0 + sway(k + 1));
+            other.val_loss = 2.0 * (1.0 + sway(k));
+            seeds.push(seed_row(0, &r, k, 100 + u64::from(k), &other));
+        }
+    }
+    audit(Mode::Statistical, rows, seeds)
 }
 
 #[test]
@@ -67,60 +119,159 @@ fn the_sample_depends_only_on_the_seed_and_skips_trials_without_epochs() {
     // Another seed draws another sample (for these seeds), and n beyond the eligible takes all.
     assert_ne!(a, sample(&trials, 4, 8));
     assert_eq!(sample(&trials, 100, 7).len(), 16);
-    // The seed follows the run digest.
-    assert_ne!(sample_seed(&[0; 32]), sample_seed(&[1; 32]));
+    // The seed follows the run digest and the reviewer's draw.
+    assert_ne!(sample_seed(&[0; 32], 5), sample_seed(&[0; 32], 6));
+    assert_ne!(sample_seed(&[0; 32], 5), sample_seed(&[1; 32], 5));
 }
 
 #[test]
-fn bit_exact_and_tolerant_comparisons() {
+fn exact_mode_wants_every_bit_and_counts_are_exact_in_any_mode() {
     let r = epoch_row();
     let same = retrained(&r);
-    assert_eq!(compare(1, &r, &same, true).agrees, 1);
-    let close = Retrained {
-        val_accuracy: 0.52,
-        train_loss: 1.05,
-        ..same
-    };
-    assert_eq!(compare(1, &r, &close, true).agrees, 0);
-    assert_eq!(compare(1, &r, &close, false).agrees, 1);
-    let far = Retrained {
-        val_accuracy: 0.6,
-        ..same
-    };
-    assert_eq!(compare(1, &r, &far, false).agrees, 0);
-    // Counts must be equal in either mode.
-    let steps = Retrained { steps: 3, ..same };
-    let row = compare(1, &r, &steps, false);
-    assert_eq!(row.agrees, 0);
     assert_eq!(
-        differences(&row),
-        "group 1 model 4 epoch 2: steps recorded 2, re-trained 3"
+        judge(&audit(Mode::Exact, vec![row(1, &r, &same, 2.0)], vec![])).verdict,
+        "PASSED"
+    );
+    let close = Retrained {
+        val_accuracy: 0.5 + 1e-12,
+        ..same
+    };
+    let j = judge(&audit(Mode::Exact, vec![row(1, &r, &close, 2.0)], vec![]));
+    assert_eq!(j.verdict, "FAILED");
+    assert!(
+        j.failures[0].starts_with(
+            "group 1 model 4 epoch 2: val_accuracy recorded 0.5, re-trained 0.500000000001"
+        ),
+        "{:?}",
+        j.failures
+    );
+    // A repeat (timed) that differs fails too: the platform is not deterministic.
+    let repeat = seed_row(1, &r, 1, 7, &close);
+    let j = judge(&audit(
+        Mode::Exact,
+        vec![row(1, &r, &same, 2.0)],
+        vec![repeat],
+    ));
+    assert_eq!(j.verdict, "FAILED");
+    let steps = Retrained { steps: 3, ..same };
+    let j = judge(&audit(
+        Mode::Statistical,
+        vec![row(1, &r, &steps, 2.0)],
+        vec![],
+    ));
+    assert!(
+        j.failures
+            .contains(&"group 1 model 4 epoch 2: steps recorded 2, re-trained 3".to_string()),
+        "{:?}",
+        j.failures
     );
 }
 
 #[test]
-fn an_audit_round_trips_sealed_and_an_edit_or_another_run_is_named() {
+fn statistical_mode_accepts_the_spread_and_names_a_raised_value_with_its_power() {
+    // Eight epochs, four re-trainings each, spread ±0.01.
+    let honest = judge(&spread_audit(8, 4, 0, 0.0));
+    assert_eq!(honest.verdict, "PASSED", "{:?}", honest.failures);
+    assert_eq!(honest.findings.len(), 24);
+    // Pooled over 8 × 3 degrees of freedom; Bonferroni over 24 values at α = 0.01.
+    let p = &honest.power[2];
+    assert_eq!((p.value, p.df), ("val_accuracy", 24));
+    let critical = stats::t_quantile(1.0 - 0.01 / 48.0, 24.0);
+    assert!((honest.critical - critical).abs() < 1e-12);
+    // The shift it would have caught: the narrowest room above any record.
+    let caught = p.shift;
+    assert!(caught > 0.0 && caught < 0.1, "{caught}");
+    // Every recorded accuracy raised uniformly: just beyond the stated shift fails, just
+    // under it passes.
+    let uniform = |delta: f64| {
+        let mut a = spread_audit(8, 4, 0, 0.0);
+        for r in &mut a.rows {
+            r.val_accuracy[0] += delta;
+        }
+        judge(&a).verdict
+    };
+    assert_eq!(uniform(caught * 1.001), "FAILED");
+    assert_eq!(uniform(caught * 0.999), "PASSED");
+    // Raising one epoch's accuracy by more than the power fails there, naming it.
+    let raised = judge(&spread_audit(8, 4, 3, 0.2));
+    assert_eq!(raised.verdict, "FAILED");
+    assert!(
+        raised
+            .failures
+            .iter()
+            .any(|f| f.starts_with("group 0 model 4 epoch 3: val_accuracy recorded 0.7")),
+        "{:?}",
+        raised.failures
+    );
+    // Re-trainings that agree exactly still leave the floor's interval.
+    let mut flat = spread_audit(2, 3, 0, 0.0);
+    for r in &mut flat.rows {
+        r.val_accuracy = [0.5; 2];
+        r.train_loss = [1.0; 2];
+        r.val_loss = [2.0; 2];
+    }
+    for s in &mut flat.seed_rows {
+        (s.val_accuracy, s.train_loss, s.val_loss) = (0.5, 1.0, 2.0);
+    }
+    let j = judge(&flat);
+    assert_eq!(j.verdict, "PASSED");
+    let acc = j
+        .findings
+        .iter()
+        .find(|f| f.value == "val_accuracy")
+        .unwrap();
+    assert!((acc.scale - judge::ACCURACY_FLOOR * (4.0f64 / 3.0).sqrt()).abs() < 1e-12);
+}
+
+#[test]
+fn timed_fails_a_recorded_epoch_faster_than_this_machine() {
+    let r = epoch_row();
+    let mut slow = audit(Mode::Exact, vec![row(0, &r, &retrained(&r), 2.0)], vec![]);
+    slow.timed = true;
+    assert_eq!(judge(&slow).verdict, "PASSED");
+    slow.rows[0].seconds[0] = 1.0;
+    let j = judge(&slow);
+    assert!(
+        j.failures[0].contains("epoch time recorded 1.000 s, this machine needs at least 2.000 s"),
+        "{:?}",
+        j.failures
+    );
+}
+
+#[test]
+fn an_audit_round_trips_sealed_and_is_verified_only_by_its_digest() {
     let tmp = tempfile::tempdir().unwrap();
     let r = epoch_row();
-    let audit = Audit {
-        run_digest: "ab".repeat(32),
-        sample_seed: 9,
-        trials: 1,
-        epochs: 1,
-        ranks: 2,
-        threads: 1,
-        mode: "bit-exact".into(),
-        verdict: "PASSED".into(),
-        rows: vec![compare(0, &r, &retrained(&r), true)],
-    };
-    audit.write(&tmp.path().join(AUDIT_FILE)).unwrap();
+    let a = audit(Mode::Exact, vec![row(0, &r, &retrained(&r), 2.0)], vec![]);
+    let sealed = a.write(&tmp.path().join(AUDIT_FILE)).unwrap();
     let written = std::fs::read(tmp.path().join(AUDIT_FILE)).unwrap();
-    let back = read(tmp.path(), Some(&"AB".repeat(32))).unwrap().unwrap();
+    let run = "AB".repeat(32);
+    let back = read(tmp.path(), Some(&run)).unwrap().unwrap();
     assert!(back.problems.is_empty(), "{:?}", back.problems);
-    assert_eq!(back.audit.verdict, "PASSED");
-    assert_eq!(back.audit.rows[0].train_loss, [1.0, 1.0]);
+    assert_eq!(
+        (
+            back.audit.draw,
+            back.audit.mode,
+            back.audit.rows[0].val_accuracy
+        ),
+        (3, Mode::Exact, [0.5, 0.5])
+    );
+    assert_eq!(back.audit_digest, digest::hex(&sealed));
+    // Shown as verified only with its digest.
+    let plain = summary(tmp.path(), Some(&run), None).unwrap();
+    assert_eq!(
+        (plain.verdict.as_str(), plain.verified, plain.checked),
+        ("PASSED", false, false)
+    );
+    let given = summary(tmp.path(), Some(&run), Some(&sealed)).unwrap();
+    assert!(given.verified);
+    let other = summary(tmp.path(), Some(&run), Some(&[7; 32])).unwrap();
+    assert_eq!(
+        (other.verdict.as_str(), other.verified),
+        ("NOT TRUSTED", false)
+    );
     // Never replaced; written under a temporary name, renamed whole: none is left behind.
-    let again = audit.write(&tmp.path().join(AUDIT_FILE)).unwrap_err();
+    let again = a.write(&tmp.path().join(AUDIT_FILE)).unwrap_err();
     assert!(
         again.to_string().contains("an audit is never replaced"),
         "{again}"
@@ -138,17 +289,37 @@ fn an_audit_round_trips_sealed_and_an_edit_or_another_run_is_named() {
         "{:?}",
         other.problems
     );
-    // A verdict edited to hide a failed row.
+    // A re-trained figure edited: the chain breaks.
     let f = hdf5::File::open_rw(tmp.path().join(AUDIT_FILE)).unwrap();
     let ds = f.dataset("epochs").unwrap();
     let mut rows: Vec<AuditRow> = ds.read_raw().unwrap();
     rows[0].val_accuracy[1] = 0.9;
     ds.write_raw(&rows).unwrap();
     drop((ds, f));
-    let edited = read(tmp.path(), Some(&"ab".repeat(32))).unwrap().unwrap();
+    let edited = read(tmp.path(), Some(&run)).unwrap().unwrap();
     assert!(
         edited.problems.iter().any(|p| p.contains("epochs row 0")),
         "{:?}",
         edited.problems
+    );
+    // Its verdict is recomputed from the figures, whatever the file says.
+    assert_eq!(edited.judgement.verdict, "FAILED");
+}
+
+#[test]
+fn a_resealed_audit_whose_flag_contradicts_its_figures_is_not_trusted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = epoch_row();
+    let mut off = retrained(&r);
+    off.val_accuracy = 0.9;
+    let mut a = audit(Mode::Exact, vec![row(0, &r, &off, 2.0)], vec![]);
+    a.verdict = "PASSED".into();
+    let sealed = a.write(&tmp.path().join(AUDIT_FILE)).unwrap();
+    let s = summary(tmp.path(), Some(&"ab".repeat(32)), Some(&sealed)).unwrap();
+    assert_eq!(s.verdict, "NOT TRUSTED");
+    assert!(
+        s.problems[0].contains("stored verdict PASSED is not what its figures give (FAILED)"),
+        "{:?}",
+        s.problems
     );
 }

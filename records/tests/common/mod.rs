@@ -37,6 +37,7 @@ pub fn missing_prerequisite(what: &str, debian_package: &str) {
 pub fn meta(groups: u32) -> RunMeta {
     let world = 1 + 2 * groups;
     RunMeta {
+        platform: Vec::new(),
         program_version: "test".into(),
         config_json: SMALL_CONFIG.into(),
         start_time_s: T0,
@@ -71,6 +72,7 @@ pub const OFFICIAL_CONFIG: &str = r#"{"trainer":"real","preset":{"name":"imagene
 /// An official run's attributes (ImageNet, ResNet-50, bf16, real trainer).
 pub fn official_meta(groups: u32) -> RunMeta {
     RunMeta {
+        platform: Vec::new(),
         dataset: "imagenet".into(),
         start_architecture: "resnet50".into(),
         precision: "bf16".into(),
@@ -265,6 +267,7 @@ pub fn official_run(dir: &Path, epochs: u32) -> aiperf_records::digest::Digest {
 pub fn small_run(dir: &Path, epochs: u32) -> aiperf_records::digest::Digest {
     let setting = Setting {
         meta: RunMeta {
+            platform: Vec::new(),
             start_architecture: "resnet8".into(),
             ..meta(1)
         },

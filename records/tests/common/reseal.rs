@@ -8,8 +8,7 @@ use std::path::Path;
 
 use aiperf_records::digest::{self, ChainEnd, GroupChain};
 use aiperf_records::schema::{
-    attr, AttrKind, AttrValue, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, PRIMARY_ATTRS,
-    PRIMARY_FILE,
+    attr, AttrKind, AttrValue, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, PRIMARY_FILE,
 };
 use hdf5::types::VarLenUnicode;
 use hdf5::H5Type;
@@ -101,8 +100,8 @@ pub fn reseal(dir: &Path, groups: u32) {
         attr::PRIMARY_DIGESTS,
         &serde_json::to_string(&own).unwrap(),
     );
-    let attrs: Vec<_> = PRIMARY_ATTRS
-        .iter()
+    let version: u32 = f.attr("schema_version").unwrap().read_scalar().unwrap();
+    let attrs: Vec<_> = aiperf_records::schema::primary_attrs(version)
         .map(|s| {
             let v = f.attr(s.name).ok().map(|a| match s.kind {
                 AttrKind::U32 => AttrValue::U32(a.read_scalar().unwrap()),

@@ -1,0 +1,298 @@
+//! `aiperf audit DIR`: the benchmark's residual check (docs/design.md §5, as HPL recomputes its
+//! residual). Rank 0 reads the sealed records, checks the dataset against the recorded
+//! identity and draws a sample of trials from the reviewer's randomness combined with the run
+//! digest, adding the trial that holds the best accuracy ([`plan`]). The ranks compare their
+//! platform fingerprints with the run's: on the run's platform, rank count and threads the
+//! audit is *exact* (every figure bit-identical); elsewhere *statistical* (each trial
+//! re-trained with its recorded seed and further seeds, each recorded figure inside the
+//! re-trainings' prediction interval). Every trial is trained again on the training ranks
+//! ([`retrain`]); rank 0 judges, writes `audit.h5`, sealed, and prints its audit digest.
+//! Exits 6 when the audit fails, 7 when the data differs from the run's.
+
+mod plan;
+mod retrain;
+
+use std::path::PathBuf;
+
+use aiperf_records::audit::{
+    self, Audit, AuditRow, SeedRow, DEFAULT_ALPHA, DEFAULT_SEEDS, DEFAULT_TRIALS,
+};
+use aiperf_records::platform::Fingerprint;
+use anyhow::bail;
+use mpi::traits::Communicator;
+
+use super::{agree, init_mpi, Silent};
+use crate::cluster::transport::{all_gather_strings, broadcast_value};
+use crate::config::RecordedConfig;
+use plan::{Plan, Recorded};
+
+/// How the audit may compare (`--mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeChoice {
+    /// Exact where the platform, rank count and threads are the run's, else statistical.
+    Auto,
+    /// Statistical even where exactness is possible (to measure the spread on site).
+    Statistical,
+}
+
+/// `aiperf audit`'s flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AuditArgs {
+    /// The run's records folder (results/<run-id>/); audit.h5 is written there.
+    pub dir: PathBuf,
+    /// Trials to draw (the sample; the trial with the best accuracy is always added; more
+    /// than the run has takes them all).
+    #[arg(long, default_value_t = DEFAULT_TRIALS)]
+    pub trials: usize,
+    /// Epochs of each drawn trial to re-train and compare (at most its recorded epochs; the
+    /// best trial up to the epoch that reached its accuracy).
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u32,
+    /// The dataset's folder (default: the one the run recorded, else $AIPERF_DATA/<dataset>).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// CPU threads per rank (default: the run's, from its recorded devices).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Exact where possible (auto), or statistical regardless.
+    #[arg(long, value_enum, default_value_t = ModeChoice::Auto)]
+    pub mode: ModeChoice,
+    /// Re-trainings per sampled epoch in statistical mode (the recorded seed and S − 1
+    /// more), and with --timed the repeats of the recorded seed.
+    #[arg(long, default_value_t = DEFAULT_SEEDS)]
+    pub seeds: u32,
+    /// Family-wise false-alarm rate of the statistical mode (Bonferroni over every value
+    /// compared).
+    #[arg(long, default_value_t = DEFAULT_ALPHA)]
+    pub alpha: f64,
+    /// The draw (16 hex digits) that chooses the sample with the run digest; default: fresh
+    /// randomness. Give the one an audit printed to repeat its sample.
+    #[arg(long, value_parser = parse_draw)]
+    pub draw: Option<u64>,
+    /// Also compare each epoch's time with the recorded one (exact mode only: on the run's
+    /// own machine), confirming the throughput on site.
+    #[arg(long)]
+    pub timed: bool,
+}
+
+/// `--draw`: 1 to 16 hex digits, an optional `0x` before them.
+fn parse_draw(s: &str) -> Result<u64, String> {
+    let digits = s.strip_prefix("0x").unwrap_or(s);
+    u64::from_str_radix(digits, 16).map_err(|e| {
+        format!("{s:?} is not 1 to 16 hex digits ({e}): give the draw an audit printed")
+    })
+}
+
+impl AuditArgs {
+    /// Range checks, before any I/O.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.trials == 0 || self.trials > 10_000 {
+            bail!("--trials {}: re-train 1 to 10000 trials", self.trials);
+        }
+        if self.epochs == 0 || self.epochs > 10_000 {
+            bail!(
+                "--epochs {}: re-train 1 to 10000 epochs per trial",
+                self.epochs
+            );
+        }
+        if self.threads.is_some_and(|t| t == 0 || t > 1024) {
+            bail!("--threads: 1 to 1024 per rank");
+        }
+        if !(2..=64).contains(&self.seeds) {
+            bail!(
+                "--seeds {}: 2 to 64 re-trainings per epoch (a spread needs two)",
+                self.seeds
+            );
+        }
+        if !(self.alpha > 0.0 && self.alpha < 0.5) {
+            bail!(
+                "--alpha {}: a false-alarm rate between 0 and 0.5 (default {DEFAULT_ALPHA})",
+                self.alpha
+            );
+        }
+        if self.timed && self.mode == ModeChoice::Statistical {
+            bail!("--timed compares epoch times on the run's own platform: it needs the exact mode, not --mode statistical");
+        }
+        Ok(())
+    }
+}
+
+/// An audit that ran and found re-trained epochs that differ from their records: `aiperf
+/// audit` exits 6 (the exit status `aiperf score` gives a run whose verified audit failed).
+#[derive(Debug, thiserror::Error)]
+#[error("audit FAILED: {0}")]
+pub struct AuditFailed(pub String);
+
+/// The packs given are not the data the run trained on: the audit's own verdict, exit 7.
+#[derive(Debug, thiserror::Error)]
+#[error("audit verdict DATA DIFFERS: {0}")]
+pub struct DataDiffers(pub String);
+
+/// What rank 0 decided after seeing every auditing rank's platform.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+struct Decision {
+    mode: audit::Mode,
+    reason: String,
+    /// Re-trainings per trial.
+    seeds: u32,
+    /// The auditing ranks' fingerprint (JSON).
+    platform_json: String,
+}
+
+/// The training ranks: 1.. as in the run, or rank 0 alone when launched on one.
+fn training_ranks(size: usize) -> Vec<usize> {
+    if size > 1 {
+        (1..size).collect()
+    } else {
+        vec![0]
+    }
+}
+
+/// Collective: every rank's fingerprint; rank 0 chooses the mode (an error when `--timed`
+/// cannot be exact) and tells every rank.
+fn decide(
+    world: &mpi::topology::SimpleCommunicator,
+    args: &AuditArgs,
+    plan: &Plan,
+    threads: usize,
+) -> anyhow::Result<Decision> {
+    let mine = crate::fingerprint::this_rank(threads);
+    let all = all_gather_strings(world, &serde_json::to_string(&mine)?);
+    let trainers = training_ranks(world.size() as usize);
+    let decided = (world.rank() == 0).then(|| -> Result<Decision, String> {
+        let auditors: Vec<Fingerprint> = trainers
+            .iter()
+            .map(|&r| serde_json::from_str(&all[r]).map_err(|e| format!("rank {r}'s fingerprint: {e}")))
+            .collect::<Result<_, _>>()?;
+        let used: Vec<u32> = plan
+            .trials
+            .iter()
+            .map(|t| (t.ranks as usize).min(trainers.len()) as u32)
+            .collect();
+        let (mode, reason) = plan::choose_mode(plan, args.mode, &auditors, &used, threads);
+        if args.timed && mode != audit::Mode::Exact {
+            return Err(format!("--timed confirms throughput on the run's own machine, and this audit cannot be exact: {reason}"));
+        }
+        let seeds = match mode {
+            audit::Mode::Exact if !args.timed => 1,
+            _ => args.seeds,
+        };
+        Ok(Decision {
+            mode,
+            reason,
+            seeds,
+            platform_json: serde_json::to_string(&auditors[0]).expect("plain data"),
+        })
+    });
+    match broadcast_value(world, decided.as_ref())? {
+        Ok(d) => Ok(d),
+        Err(e) if world.rank() == 0 => bail!(e),
+        Err(_) => Err(Silent.into()),
+    }
+}
+
+/// Runs the audit.
+pub fn audit(args: AuditArgs) -> anyhow::Result<()> {
+    let universe = init_mpi()?;
+    let world = universe.world();
+    let rank = world.rank() as usize;
+    let mine = (rank == 0).then(|| plan::plan(&args));
+    let (mine, recorded, differs) = match mine {
+        Some(Ok((p, r))) => (Some(Ok(p)), r, None),
+        Some(Err(e)) if e.is::<DataDiffers>() => (Some(Err(format!("{e:#}"))), Vec::new(), Some(e)),
+        Some(Err(e)) => (Some(Err(format!("{e:#}"))), Vec::new(), None),
+        None => (None, Vec::new(), None),
+    };
+    let plan: Result<Plan, String> = broadcast_value(&world, mine.as_ref())?;
+    let plan = match plan {
+        Ok(p) => p,
+        Err(_) if differs.is_some() => return Err(differs.expect("checked")),
+        Err(e) if rank == 0 => bail!(e),
+        Err(_) => return Err(Silent.into()),
+    };
+    let config: RecordedConfig = serde_json::from_str(&plan.config_json)?;
+    let threads = args.threads.unwrap_or(plan.run_threads);
+    tch::set_num_threads(i32::try_from(threads).unwrap_or(i32::MAX));
+    let decision = decide(&world, &args, &plan, threads)?;
+    let trainers = training_ranks(world.size() as usize);
+    let built = if trainers.contains(&rank) {
+        retrain::trainer(&args, &config, &plan, rank).map(Some)
+    } else {
+        Ok(None)
+    };
+    let trainer = agree(&world, built)?;
+    let same_seed = decision.mode == audit::Mode::Exact;
+    let results = retrain::all(
+        &world,
+        &plan,
+        trainer.as_ref(),
+        &trainers,
+        decision.seeds,
+        same_seed,
+    )?;
+    if rank != 0 {
+        return Ok(());
+    }
+    finish(&args, &plan, &decision, threads, &recorded, &results)
+}
+
+/// Rank 0: sets records beside re-trainings, judges, writes `audit.h5`, prints the table
+/// and the audit digest; errs when the audit failed.
+fn finish(
+    args: &AuditArgs,
+    plan: &Plan,
+    decision: &Decision,
+    threads: usize,
+    recorded: &Recorded,
+    results: &[(u32, Vec<Vec<audit::Retrained>>)],
+) -> anyhow::Result<()> {
+    let mut rows: Vec<AuditRow> = Vec::new();
+    let mut seed_rows: Vec<SeedRow> = Vec::new();
+    let same = decision.mode == audit::Mode::Exact;
+    for ((t, (rec, secs)), (_, got)) in plan.trials.iter().zip(recorded).zip(results) {
+        for (k, run) in got.iter().enumerate() {
+            for ((r, a), s) in rec.iter().zip(run).zip(secs) {
+                if k == 0 {
+                    rows.push(audit::row(t.group, r, a, *s));
+                } else {
+                    let seed = retrain::seed_of(t.seed, k as u32, same);
+                    seed_rows.push(audit::seed_row(t.group, r, k as u32, seed, a));
+                }
+            }
+        }
+    }
+    let mut a = Audit {
+        run_digest: plan.run_digest.clone(),
+        draw: plan.draw,
+        sample_seed: plan.sample_seed,
+        trials: plan.trials.len() as u32,
+        epochs: args.epochs,
+        ranks: results.iter().map(|r| r.0).max().unwrap_or(0),
+        threads: threads as u32,
+        mode: decision.mode,
+        mode_reason: decision.reason.clone(),
+        seeds: decision.seeds,
+        alpha: args.alpha,
+        timed: args.timed,
+        platform_json: decision.platform_json.clone(),
+        verdict: String::new(),
+        rows,
+        seed_rows,
+    };
+    let judgement = audit::judge(&a);
+    a.verdict = judgement.verdict.into();
+    let path = args.dir.join(audit::AUDIT_FILE);
+    let sealed = a.write(&path)?;
+    print!("{}", aiperf_records::report::audit_text(&a, &judgement));
+    println!(
+        "audit digest {} in {} (draw {:016x}; `aiperf score --audit-digest` shows it verified)",
+        aiperf_records::digest::hex(&sealed),
+        path.display(),
+        a.draw
+    );
+    if judgement.failures.is_empty() {
+        Ok(())
+    } else {
+        Err(AuditFailed(judgement.failures.join("; ")).into())
+    }
+}
