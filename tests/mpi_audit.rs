@@ -345,7 +345,10 @@ fn from_another_platform_the_audit_is_statistical_and_states_its_power() {
     let (code, text) = audit(3, &raised, &["--trials", "1000", "--epochs", "2"]);
     assert_eq!(code, 6, "{text}");
     let named = format!("group 0 model {best} epoch 1: val_accuracy recorded");
-    assert!(text.contains(&named) && text.contains("beyond ±"), "{text}");
+    assert!(
+        text.contains(&named) && text.contains("better by z = "),
+        "{text}"
+    );
 
     // The previous schema (no platform): statistical, the platform named unknown.
     {
@@ -396,4 +399,53 @@ fn from_another_platform_the_audit_is_statistical_and_states_its_power() {
     );
     assert!(!timed.join("audit.h5").exists());
     let _ = data;
+}
+
+#[test]
+fn a_record_set_forged_from_the_documentation_scores_valid_and_cannot_pass_its_audit() {
+    let Some(python) = std::env::var_os("AIPERF_H5PY_PYTHON") else {
+        assert!(
+            std::env::var("AIPERF_REQUIRE_PREREQS").as_deref() != Ok("1"),
+            "AIPERF_H5PY_PYTHON (scripts/setup-h5py-venv) not set, and AIPERF_REQUIRE_PREREQS=1 requires it"
+        );
+        panic!("set AIPERF_H5PY_PYTHON to a Python with h5py (scripts/setup-h5py-venv prints one)");
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let forged = tmp.path().join("forged");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/forge_official.py");
+    let out = output(Command::new(python).arg(script).arg(&forged));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The rules alone cannot tell: VALID, records intact, exit 0.
+    let scored = Command::new(env!("CARGO_BIN_EXE_aiperf"))
+        .arg("score")
+        .arg(&forged)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&scored.stdout);
+    assert_eq!(scored.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains("verdict (aiperf-rules-4)   VALID")
+            && text.contains("records                  intact"),
+        "{text}"
+    );
+    assert!(
+        text.contains("NVIDIA H100"),
+        "the forged platform is shown: {text}"
+    );
+    // Its audit cannot pass here: the packs at hand are not the ImageNet it claims.
+    let data = tmp.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    write_split(&data, "train", 64, 1);
+    write_split(&data, "val", 16, 2);
+    let (code, text) = audit(3, &forged, &[]);
+    assert_eq!(code, 7, "{text}");
+    assert!(
+        text.contains("audit verdict DATA DIFFERS: the run trained on imagenet"),
+        "{text}"
+    );
+    assert!(!forged.join("audit.h5").exists());
 }

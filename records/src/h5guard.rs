@@ -518,7 +518,6 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         // A configuration and architectures longer than a 4096-byte heap collection.
         let m = RunMeta {
-            platform: Vec::new(),
             config_json: "x".repeat(10_000),
             ..meta()
         };
@@ -529,9 +528,10 @@ mod tests {
         }
         p.finish(1.8e9 + 10.0, &[]).unwrap();
         let bytes = std::fs::read(tmp.path().join("primary.h5")).unwrap();
-        // 13 text attributes (with the dataset identity, the search record, the group and
-        // primary digests and the run digest) and 300 architectures (two chunks of 256 rows).
-        assert_eq!(check_file(&bytes), Ok(313));
+        // 14 text attributes (with the dataset identity, the search record, the platform, the
+        // group and primary digests and the run digest) and 300 architectures (two chunks of
+        // 256 rows).
+        assert_eq!(check_file(&bytes), Ok(314));
     }
 
     #[test]

@@ -457,7 +457,7 @@ pub fn audit_text(a: &crate::audit::Audit, j: &crate::audit::Judgement) -> Strin
     if a.mode == crate::audit::Mode::Statistical {
         let _ = writeln!(
             t,
-            "  statistic                {} re-trainings per epoch; family-wise α = {} over {} values; critical |z| = {:.3}",
+            "  statistic                {} re-trainings per epoch; family-wise α = {} over {} values, one-sided (better than the re-trainings); critical z = {:.3}",
             a.seeds,
             a.alpha,
             j.findings.len(),
@@ -466,7 +466,7 @@ pub fn audit_text(a: &crate::audit::Audit, j: &crate::audit::Judgement) -> Strin
     }
     let _ = writeln!(
         t,
-        "  group    model  epoch  value          recorded     re-trained        scale        z  agrees"
+        "  group    model  epoch  value          recorded     re-trained        scale   better z  agrees"
     );
     for f in &j.findings {
         let _ = writeln!(

@@ -60,8 +60,10 @@ fn the_documented_compound_layouts_are_the_schemas() {
     }
     let (size, _) = members::<aiperf_records::audit::AuditRow>();
     assert!(text.contains(&format!(
-        "`epochs` — {size} bytes per row, one per re-trained epoch"
+        "`epochs` — {size} bytes per row, one per compared epoch"
     )));
+    let (size, _) = members::<aiperf_records::audit::SeedRow>();
+    assert!(text.contains(&format!("`seeds` — {size} bytes per row")));
 }
 
 #[test]

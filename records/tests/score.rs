@@ -111,7 +111,21 @@ fn a_missing_group_file_makes_the_run_invalid_naming_it() {
         "{:?}",
         s.verdict.reasons
     );
-    // Issue 23: the integrity line says what is known, naming the file.
+    // The run digest is there: the reason is the missing file, never "no run digest".
+    assert!(read_run(tmp.path()).unwrap().info.run_digest.is_some());
+    assert!(
+        !s.verdict
+            .reasons
+            .iter()
+            .any(|w| w.starts_with("no run digest"))
+            && s.verdict
+                .reasons
+                .iter()
+                .any(|w| w.starts_with("a group file the run recorded is missing")),
+        "{:?}",
+        s.verdict.reasons
+    );
+    // The integrity line says what is known, naming the file.
     assert_eq!(
         aiperf_records::report::records_line(&s),
         "incomplete: what is present is intact; group-1.h5 is missing"
@@ -145,8 +159,8 @@ fn damaged_records_give_clear_errors() {
     let dir = tmp.path().join("v4");
     write_run(&dir, Some(1000.0));
     for (version, expected) in [
-        (4u32, "schema version 4"),
-        (1, "\"schema_version\": 1, but primary.h5 has 3"),
+        (5u32, "schema version 5"),
+        (1, "\"schema_version\": 1, but primary.h5 has 4"),
     ] {
         {
             let f = hdf5::File::append(dir.join("group-0.h5")).unwrap();

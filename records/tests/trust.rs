@@ -577,20 +577,37 @@ fn the_exit_status_tells_valid_unofficial_invalid_altered_audit_failed_and_error
         train_loss: r.train_loss,
         val_loss: r.val_loss,
         val_accuracy: r.val_accuracy - 0.2,
+        seconds: 1.0,
     };
     let audit = aiperf_records::audit::Audit {
         run_digest: hex.clone(),
+        draw: 0,
         sample_seed: 1,
         trials: 1,
         epochs: 1,
         ranks: 2,
         threads: 1,
-        mode: "bit-exact".into(),
+        mode: aiperf_records::audit::Mode::Exact,
+        mode_reason: "the run's platform".into(),
+        seeds: 1,
+        alpha: 0.01,
+        timed: false,
+        platform_json: "{}".into(),
         verdict: "FAILED".into(),
-        rows: vec![aiperf_records::audit::compare(0, &r, &retrained, true)],
+        rows: vec![aiperf_records::audit::row(0, &r, &retrained, 1.0)],
+        seed_rows: Vec::new(),
     };
-    audit.write(&audited.path().join("audit.h5")).unwrap();
-    assert_eq!(code(audited.path(), &["--digest", &hex]), Some(6));
+    let sealed = audit.write(&audited.path().join("audit.h5")).unwrap();
+    // Unverified, a failed audit does not decide the exit status; with its digest it does.
+    assert_eq!(code(audited.path(), &["--digest", &hex]), Some(0));
+    let audit_hex = aiperf_records::digest::hex(&sealed);
+    assert_eq!(
+        code(
+            audited.path(),
+            &["--digest", &hex, "--audit-digest", &audit_hex]
+        ),
+        Some(6)
+    );
     // Errors: unreadable records 1, a command line clap refuses 2.
     assert_eq!(code(&audited.path().join("nope"), &[]), Some(1));
     assert_eq!(code(audited.path(), &["--no-such-flag"]), Some(2));

@@ -86,7 +86,7 @@ fn spread_audit(n: u32, s: u32, raised: u32, shift: f64) -> Audit {
             epoch: e,
             ..epoch_row()
         };
-        let sway = |k: u32| if k % 2 == 0 { 0.01 } else { -0.01 };
+        let sway = |k: u32| if k.is_multiple_of(2) { 0.01 } else { -0.01 };
         let mut first = retrained(&r);
         first.val_accuracy += sway(0);
         first.train_loss *= 1.0 + sway(1);
@@ -173,10 +173,10 @@ fn statistical_mode_accepts_the_spread_and_names_a_raised_value_with_its_power()
     let honest = judge(&spread_audit(8, 4, 0, 0.0));
     assert_eq!(honest.verdict, "PASSED", "{:?}", honest.failures);
     assert_eq!(honest.findings.len(), 24);
-    // Pooled over 8 × 3 degrees of freedom; Bonferroni over 24 values at α = 0.01.
+    // Pooled over 8 × 3 degrees of freedom; one-sided, Bonferroni over 24 values at α = 0.01.
     let p = &honest.power[2];
     assert_eq!((p.value, p.df), ("val_accuracy", 24));
-    let critical = stats::t_quantile(1.0 - 0.01 / 48.0, 24.0);
+    let critical = stats::t_quantile(1.0 - 0.01 / 24.0, 24.0);
     assert!((honest.critical - critical).abs() < 1e-12);
     // The shift it would have caught: the narrowest room above any record.
     let caught = p.shift;
@@ -203,6 +203,32 @@ fn statistical_mode_accepts_the_spread_and_names_a_raised_value_with_its_power()
         "{:?}",
         raised.failures
     );
+    // A figure far worse than its re-trainings claims nothing: shown, not failed.
+    let worse = judge(&spread_audit(8, 4, 3, -0.3));
+    assert_eq!(worse.verdict, "PASSED", "{:?}", worse.failures);
+    let low = worse
+        .findings
+        .iter()
+        .find(|f| f.value == "val_accuracy" && f.epoch == 3)
+        .unwrap();
+    assert!(low.z < -5.0, "{low:?}");
+    // An epoch whose own re-trainings spread wider than the pool keeps its own spread.
+    let mut wide = spread_audit(8, 4, 0, 0.0);
+    for s in wide.seed_rows.iter_mut().filter(|s| s.epoch == 5) {
+        s.val_accuracy += if s.index % 2 == 0 { 0.2 } else { -0.2 };
+    }
+    let j = judge(&wide);
+    let e5 = j
+        .findings
+        .iter()
+        .find(|f| f.value == "val_accuracy" && f.epoch == 5)
+        .unwrap();
+    let e6 = j
+        .findings
+        .iter()
+        .find(|f| f.value == "val_accuracy" && f.epoch == 6)
+        .unwrap();
+    assert!(e5.scale > 2.5 * e6.scale, "{e5:?} {e6:?}");
     // Re-trainings that agree exactly still leave the floor's interval.
     let mut flat = spread_audit(2, 3, 0, 0.0);
     for r in &mut flat.rows {

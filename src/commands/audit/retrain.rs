@@ -3,16 +3,17 @@
 //! recorded seed — and, in statistical mode, with further seeds; under `--timed`, again with
 //! the same seed — each epoch's figures and duration sent to rank 0.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use aiperf_records::audit::Retrained;
 use anyhow::bail;
 use mpi::topology::{Color, SimpleCommunicator};
-use mpi::traits::{Communicator, Destination, Source};
+use mpi::traits::{Communicator, Destination};
 
 use super::plan::{Plan, Planned};
 use super::AuditArgs;
 use crate::arch::Graph;
+use crate::cluster::transport::receive_any;
 use crate::config::RecordedConfig;
 use crate::data::open_split;
 use crate::ops::OpCount;
@@ -113,6 +114,19 @@ fn retrain(
     Ok(out)
 }
 
+/// Rank 0: the leader's figures, waited for without spinning a core (rank 0 shares the
+/// first node with training ranks, and the audit may run for hours).
+fn from_leader(world: &SimpleCommunicator, leader: i32) -> anyhow::Result<Vec<u8>> {
+    loop {
+        let got = receive_any(world, Duration::from_secs(60), 1 << 30)?;
+        match got {
+            Some((bytes, from)) if from == leader => return Ok(bytes),
+            Some((_, from)) => bail!("audit: rank 0 got a message from rank {from}, expected the figures of rank {leader}"),
+            None => continue,
+        }
+    }
+}
+
 /// Every planned trial re-trained `seeds` times (seed `k` from [`seed_of`]) on the training
 /// ranks `trainers`; on rank 0, per trial, the ranks used and each re-training's epochs.
 pub(super) fn all(
@@ -154,7 +168,7 @@ pub(super) fn all(
             let got = if leader == 0 {
                 mine
             } else {
-                let (bytes, _) = world.process_at_rank(leader).receive_vec::<u8>();
+                let bytes = from_leader(world, leader)?;
                 let (v, _): (Vec<Vec<Retrained>>, usize) =
                     bincode::serde::decode_from_slice(&bytes, bincode::config::standard())?;
                 v
