@@ -235,6 +235,25 @@ fn on_its_own_platform_the_audit_is_exact_and_resealed_forgeries_fail() {
         "a copy (model id ≥ 1000) is named: {text}"
     );
 
+    // A first epoch recorded as taking 10 ms (its trial's start moved up to just before it),
+    // resealed: every figure is genuine, only the time is forged; the timed audit on site
+    // re-trains it three times and fails it (no re-training takes 11 ms).
+    let fast = copy_run(&run, &tmp.path().join("fast"));
+    let first = epochs(&fast)[0];
+    reseal::edit_rows::<TrialRow>(&fast, "primary.h5", "trials", |t| {
+        for t in t.iter_mut().filter(|t| t.model_id == first.model_id) {
+            t.start_s = first.time_s - 0.01;
+        }
+    });
+    reseal::reseal(&fast, 1);
+    let (code, text) = audit(3, &fast, &["--trials", "1000", "--timed"]);
+    assert_eq!(code, 6, "{text}");
+    let named = format!(
+        "group 0 model {} epoch 1: epoch time recorded 0.010 s, this machine needs at least",
+        first.model_id
+    );
+    assert!(text.contains(&named), "{text}");
+
     // Another rank count: statistical, and it says why.
     let other_ranks = copy_run(&run, &tmp.path().join("ranks"));
     let (_, text) = audit(2, &other_ranks, &["--trials", "1"]);
