@@ -583,30 +583,3 @@ fn regression_the_part_out_of_range_and_the_key_of_the_wrong_shape_are_named() {
         &["at `batch_size`", "expected a [min, max] pair of integers"],
     );
 }
-
-#[test]
-fn audit_settings_out_of_range_are_refused_before_any_work() {
-    refused(
-        &["audit", "/nonexistent", "--seeds", "1"],
-        &["--seeds 1", "a spread needs two"],
-    );
-    refused(
-        &["audit", "/nonexistent", "--alpha", "0.7"],
-        &["--alpha 0.7"],
-    );
-    refused(
-        &["audit", "/nonexistent", "--timed", "--mode", "statistical"],
-        &["--timed", "needs the exact mode"],
-    );
-    // A draw that is not hex is clap's to refuse (exit 2), naming what to give.
-    let out = aiperf()
-        .args(["audit", "/nonexistent", "--draw", "xyz"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("--draw") && err.contains("hex digits"),
-        "{err}"
-    );
-}

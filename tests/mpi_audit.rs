@@ -468,3 +468,41 @@ fn a_record_set_forged_from_the_documentation_scores_valid_and_cannot_pass_its_a
     );
     assert!(!forged.join("audit.h5").exists());
 }
+
+#[test]
+fn audit_settings_out_of_range_are_refused_before_any_work() {
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_aiperf"))
+            .arg("audit")
+            .arg("/nonexistent")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (args, want) in [
+        (&["--seeds", "1"][..], "a spread needs two"),
+        (&["--alpha", "0.7"][..], "--alpha 0.7"),
+        (
+            &["--timed", "--mode", "statistical"][..],
+            "needs the exact mode",
+        ),
+    ] {
+        let (code, err) = run(args);
+        assert_eq!(code, Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains(want) && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    // A draw that is not hex is clap's to refuse (exit 2), naming what to give.
+    let (code, err) = run(&["--draw", "xyz"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--draw") && err.contains("hex digits"),
+        "{err}"
+    );
+}
