@@ -28,13 +28,15 @@ fn mpi_shim() {
         .compile("aiperf_mpi_shim");
 }
 
-/// Compiles `src/train/grad_hooks.cpp` (autograd hooks) and `src/torch_info.cpp` (what
-/// libtorch says about its kernels and build) against the libtorch headers beside
+/// Compiles `src/train/grad_hooks.cpp` (autograd hooks), `src/train/kernels.cpp` (CPU
+/// autocast, channels-last) and `src/torch_info.cpp` (what libtorch says about its kernels
+/// and build) against the libtorch headers beside
 /// the library torch-sys links (`lib/../include`, as in libtorch and the PyTorch wheel), with
 /// the C++ ABI torch-sys uses (`LIBTORCH_CXX11_ABI`, default 1).
 fn hooks_shim(lib: &str) {
     println!("cargo:rerun-if-changed=src/train/grad_hooks.cpp");
     println!("cargo:rerun-if-changed=src/torch_info.cpp");
+    println!("cargo:rerun-if-changed=src/train/kernels.cpp");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
     let include = Path::new(lib).join("../include");
     let abi = std::env::var("LIBTORCH_CXX11_ABI").unwrap_or_else(|_| "1".into());
@@ -48,6 +50,7 @@ fn hooks_shim(lib: &str) {
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
         .file("src/train/grad_hooks.cpp")
         .file("src/torch_info.cpp")
+        .file("src/train/kernels.cpp")
         .compile("aiperf_grad_hooks");
 }
 

@@ -66,6 +66,7 @@ impl Proposer {
 fn meta(groups: u32) -> RunMeta {
     RunMeta {
         platform: Vec::new(),
+        ceilings: Vec::new(),
         program_version: env!("CARGO_PKG_VERSION").into(),
         config_json: "{}".into(),
         start_time_s: 0.0,

@@ -4,8 +4,9 @@
 //! one-rank communicator here), learning-rate schedule, one small validation pass — beside a
 //! bare tch loop over the same model on tensors already in memory. Prints one JSON object
 //! per measurement. `--device cuda` runs both on the GPU (the bare loop's tensors already
-//! there) and `--precision fp16|bf16` under autocast (fp16: the trainer with its loss
-//! scaler, the bare loop without one, a multiply per gradient). With `--write-arch FILE` it
+//! there), `--precision fp16|bf16` under autocast (fp16: CUDA only, the trainer with its
+//! loss scaler, the bare loop without one, a multiply per gradient; bf16: CPU autocast on a
+//! processor) and `--memory-format channels-last` with parameters and batches in NHWC. With `--write-arch FILE` it
 //! writes the architecture's IR JSON (for the PyTorch peer, `scripts/bench_train_torch.py`)
 //! and exits.
 
@@ -16,7 +17,7 @@ use aiperf::arch::{self, Shape};
 use aiperf::data::{open_split, Augment};
 use aiperf::model::Net;
 use aiperf::search::Hparams;
-use aiperf::train::{Precision, TrainConfig, TrialSpec, TrialTrainer};
+use aiperf::train::{MemoryFormat, Precision, TrainConfig, TrialSpec, TrialTrainer};
 use clap::Parser;
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Reduction, Tensor};
@@ -52,9 +53,12 @@ struct Args {
     /// Where both train.
     #[arg(long, value_enum, default_value = "cpu")]
     device: aiperf::platform::DeviceChoice,
-    /// Arithmetic (fp16: CUDA autocast).
+    /// Arithmetic (fp16: CUDA autocast; bf16: CUDA or CPU autocast).
     #[arg(long, value_enum, default_value = "fp32")]
     precision: Precision,
+    /// Memory format of parameters and batches.
+    #[arg(long, value_enum, default_value = "nchw")]
+    memory_format: MemoryFormat,
     /// Write the architecture's IR JSON here and exit.
     #[arg(long)]
     write_arch: Option<PathBuf>,
@@ -99,6 +103,8 @@ fn bare_loop(
     tch::manual_seed(1);
     let vs = nn::VarStore::new(device);
     let net = Net::build(&vs.root(), graph)?;
+    args.memory_format.apply_to(&vs)?;
+    let xs = args.memory_format.apply(xs)?;
     let mut opt = nn::Sgd {
         momentum: 0.9,
         wd: 5e-4,
@@ -111,7 +117,7 @@ fn bare_loop(
         let start = (step * b) % (n - b + 1);
         let loss = args
             .precision
-            .autocast(|| net.forward_t(&xs.narrow(0, start, b), true))
+            .autocast(device, || net.forward_t(&xs.narrow(0, start, b), true))
             .to_kind(tch::Kind::Float)
             .cross_entropy_loss::<Tensor>(
                 &ys.narrow(0, start, b),
@@ -145,9 +151,13 @@ fn main() -> anyhow::Result<()> {
         .ok_or_else(|| anyhow::anyhow!("--data DIR is required"))?;
     let device = args.device.resolve(0).map_err(anyhow::Error::msg)?;
     anyhow::ensure!(
-        !args.precision.autocasts() || device.is_cuda(),
-        "--precision {} needs --device cuda",
+        !matches!(args.precision, Precision::Fp16 | Precision::Auto) || device.is_cuda(),
+        "--precision {} needs --device cuda (on a processor: fp32 or bf16)",
         args.precision.name()
+    );
+    anyhow::ensure!(
+        args.memory_format != MemoryFormat::Auto,
+        "--memory-format: nchw or channels-last"
     );
     tch::set_num_threads(args.threads as i32);
     let universe = mpi::initialize().ok_or_else(|| anyhow::anyhow!("MPI init"))?;
@@ -174,6 +184,7 @@ fn main() -> anyhow::Result<()> {
         loader_workers: 2,
         prefetch: 2,
         precision: args.precision,
+        memory_format: args.memory_format,
         exchange: aiperf::train::exchange::ExchangeConfig::default(),
         trace_steps: 0,
         augment_on: aiperf::train::AugmentOn::Auto,
@@ -197,9 +208,10 @@ fn main() -> anyhow::Result<()> {
     );
     let report = |what: &str, rep: usize, secs: f64| {
         println!(
-            "{{\"impl\":\"{what}\",\"round\":{},\"arch\":\"{}\",\"device\":\"{label}\",\"precision\":\"{precision}\",\"batch\":{},\"threads\":{},\"rep\":{rep},\"images\":{images},\"seconds\":{secs:.6},\"images_per_s\":{:.1}}}",
+            "{{\"impl\":\"{what}\",\"round\":{},\"arch\":\"{}\",\"device\":\"{label}\",\"precision\":\"{precision}\",\"memory_format\":\"{}\",\"batch\":{},\"threads\":{},\"rep\":{rep},\"images\":{images},\"seconds\":{secs:.6},\"images_per_s\":{:.1}}}",
             args.round,
             args.arch,
+            args.memory_format.name(),
             args.batch,
             args.threads,
             images as f64 / secs

@@ -24,7 +24,7 @@ PRIMARY_ATTRS = [
     ("world_size", "u32"), ("groups", "u32"), ("accelerators", "u32"), ("hosts", "text"),
     ("devices", "text"), ("seed", "u64"), ("dataset", "text"), ("start_architecture", "text"),
     ("precision", "text"), ("dataset_identity", "text"), ("search", "text"),
-    ("platform", "text", 4), ("resumes", "text"), ("group_digests", "text"), ("primary_digests", "text"),
+    ("platform", "text", 4), ("ceilings", "text", 5), ("resumes", "text"), ("group_digests", "text"), ("primary_digests", "text"),
 ]
 CARRIED = {"epochs", "trials", "tpe"}
 

@@ -6,6 +6,7 @@
 
 pub use aiperf_ir::{arch, ops};
 
+pub mod ceiling;
 pub mod cli;
 pub mod cluster;
 pub mod commands;

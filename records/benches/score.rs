@@ -14,6 +14,7 @@ fn main() {
     let world = 1 + 8 * groups;
     let meta = RunMeta {
         platform: Vec::new(),
+        ceilings: Vec::new(),
         program_version: "bench".into(),
         config_json: "{}".into(),
         start_time_s: t0,

@@ -16,7 +16,11 @@ use sha2::{Digest as _, Sha256};
 use crate::digest::{self, Digest};
 use crate::error::RecordError;
 use crate::outputs;
-use crate::schema::{AttrKind, AttrSpec, AttrValue, EpochRow, TrialRow, Written, SCHEMA_VERSION};
+use crate::schema::{AttrKind, AttrSpec, AttrValue, EpochRow, TrialRow, Written};
+
+/// The schema of `audit.h5` (its own: the run's records moved on to schema 5 with the
+/// ceilings, the audit's layout did not).
+pub const AUDIT_SCHEMA: u32 = 4;
 use crate::writer::{write_attr, write_text_attr};
 
 pub mod judge;
@@ -346,7 +350,7 @@ impl Audit {
         let end = |e: digest::ChainEnd| text(&serde_json::to_string(&e).expect("plain data"));
         let u32v = |v: u32| Some(AttrValue::U32(v));
         vec![
-            (attr::SCHEMA_VERSION, u32v(SCHEMA_VERSION)),
+            (attr::SCHEMA_VERSION, u32v(AUDIT_SCHEMA)),
             (attr::PROGRAM_VERSION, text(&crate::version::short())),
             (attr::RUN_DIGEST, text(&self.run_digest)),
             (attr::DRAW, Some(AttrValue::U64(self.draw))),

@@ -495,6 +495,7 @@ mod tests {
     fn meta() -> RunMeta {
         RunMeta {
             platform: Vec::new(),
+            ceilings: Vec::new(),
             program_version: "test".into(),
             config_json: "{}".into(),
             start_time_s: 1.8e9,

@@ -5,6 +5,7 @@
 #![warn(missing_docs)]
 
 pub mod audit;
+pub mod ceiling;
 pub mod cli;
 pub mod consistency;
 pub mod digest;

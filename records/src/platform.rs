@@ -26,6 +26,7 @@ pub const KERNEL_PINS: &[&str] = &[
     "NVIDIA_TF32_OVERRIDE",
     "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
     "CUDA_VISIBLE_DEVICES",
+    "AIPERF_NATIVE_BF16",
 ];
 
 /// One rank's platform, as far as it decides the numerics.

@@ -58,6 +58,8 @@ pub struct RunInfo {
     pub seed: u64,
     /// One entry per distinct platform among the ranks (schema 4); `None`: not recorded.
     pub platform: Option<Vec<crate::platform::PlatformEntry>>,
+    /// Each accelerator's measured ceiling (schema 5); `None`: not recorded.
+    pub ceilings: Option<Vec<crate::ceiling::Ceiling>>,
     /// The groups' chains recorded at a clean stop (schema 3).
     pub group_chains: Option<Vec<GroupChain>>,
     /// The primary's own datasets' chains recorded at a clean stop (schema 3).
@@ -270,6 +272,14 @@ fn read_info(p: &Source) -> Result<RunInfo, RecordError> {
             Some(
                 crate::platform::parse(&p.text(attr::PLATFORM)?)
                     .map_err(|e| bad(attr::PLATFORM, e))?,
+            )
+        } else {
+            None
+        },
+        ceilings: if p.version() >= 5 {
+            Some(
+                crate::ceiling::parse(&p.text(attr::CEILINGS)?)
+                    .map_err(|e| bad(attr::CEILINGS, e))?,
             )
         } else {
             None

@@ -66,6 +66,7 @@ pub fn text(s: &Score) -> String {
         si(s.ops_per_s_per_node),
         si(s.regulated_per_node)
     );
+    write_efficiency(&mut t, s);
     write_stability(&mut t, s);
     let _ = writeln!(
         t,
@@ -104,6 +105,25 @@ pub fn text(s: &Score) -> String {
     write_verdict(&mut t, s);
     write_timeline(&mut t, s);
     t
+}
+
+/// The efficiency line of [`text`]: the sustained OPS against the measured ceiling.
+fn write_efficiency(t: &mut String, s: &Score) {
+    let line = match (&s.ceilings, s.efficiency) {
+        (Some(c), Some(e)) => format!(
+            "{:.1}% of the measured ceiling, {}OPS ({})",
+            100.0 * e,
+            si(crate::ceiling::total(c)).trim_end(),
+            crate::ceiling::describe(c)
+        ),
+        (Some(c), None) => format!(
+            "undefined: {} ceiling(s) recorded for {} accelerator(s)",
+            c.len(),
+            s.accelerators
+        ),
+        (None, _) => "not measured (records before schema 5 hold no ceiling)".into(),
+    };
+    let _ = writeln!(t, "  efficiency               {line}");
 }
 
 /// The stability lines of [`text`]: warm-up end, steady-state OPS, convergence.

@@ -7,7 +7,7 @@
 use hdf5::H5Type;
 
 /// Version of this schema; readers refuse others.
-pub const SCHEMA_VERSION: u32 = 4;
+pub const SCHEMA_VERSION: u32 = 5;
 /// Version of the scoring and validity rules (docs/design.md §5).
 pub const RULES_VERSION: &str = "aiperf-rules-4";
 /// File name of the primary's records.
@@ -193,6 +193,9 @@ pub mod attr {
     /// string (schema 4): JSON list of [`crate::platform::PlatformEntry`], one per distinct
     /// platform fingerprint among the ranks.
     pub const PLATFORM: &str = "platform";
+    /// string (schema 5): JSON list of [`crate::ceiling::Ceiling`], one per accelerator:
+    /// its measured matrix-product ceiling in the run's precision.
+    pub const CEILINGS: &str = "ceilings";
 }
 
 /// One TPE observation (`primary.h5`, dataset `tpe`), in the order the primary learned them.
@@ -300,6 +303,7 @@ pub const PRIMARY_ATTRS: &[AttrSpec] = {
         spec(attr::DATASET_IDENTITY, Text, AtStart),
         spec(attr::SEARCH, Text, AtStart),
         AttrSpec { since: 4, ..spec(attr::PLATFORM, Text, AtStart) },
+        AttrSpec { since: 5, ..spec(attr::CEILINGS, Text, AtStart) },
         spec(attr::RESUMES, Text, OnResume),
         spec(attr::GROUP_DIGESTS, Text, AtStop),
         spec(attr::PRIMARY_DIGESTS, Text, AtStop),

@@ -134,6 +134,10 @@ pub struct Score {
     pub audit: Option<crate::audit::AuditSummary>,
     /// The platforms the ranks ran on (`None`: records before schema 4 do not name them).
     pub platform: Option<Vec<crate::platform::PlatformEntry>>,
+    /// Each accelerator's measured ceiling (`None`: records before schema 5 do not hold it).
+    pub ceilings: Option<Vec<crate::ceiling::Ceiling>>,
+    /// The sustained OPS over the summed ceilings ([`crate::ceiling::efficiency`]).
+    pub efficiency: Option<f64>,
     /// Qualifications of the result.
     pub warnings: Vec<String>,
 }
@@ -485,6 +489,13 @@ fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> S
         verdict: m.verdict,
         audit,
         platform: run.info.platform.clone(),
+        efficiency: run
+            .info
+            .ceilings
+            .as_deref()
+            .filter(|c| c.len() == run.info.accelerators as usize)
+            .and_then(|c| crate::ceiling::efficiency(end.ops_per_s, c)),
+        ceilings: run.info.ceilings.clone(),
         warnings: m.warnings,
     }
 }

@@ -49,6 +49,8 @@ pub struct RunMeta {
     pub dataset_json: String,
     /// One entry per distinct platform among the ranks ([`crate::platform::entries`]).
     pub platform: Vec<crate::platform::PlatformEntry>,
+    /// Each accelerator's measured ceiling ([`crate::ceiling`]).
+    pub ceilings: Vec<crate::ceiling::Ceiling>,
     /// The search as run, JSON ([`crate::rules::SearchRecord`]).
     pub search_json: String,
 }
@@ -196,6 +198,8 @@ impl PrimaryWriter {
         write_text_attr(&file, &path, attr::SEARCH, &meta.search_json)?;
         let platform = serde_json::to_string(&meta.platform).expect("plain data");
         write_text_attr(&file, &path, attr::PLATFORM, &platform)?;
+        let ceilings = serde_json::to_string(&meta.ceilings).expect("plain data");
+        write_text_attr(&file, &path, attr::CEILINGS, &ceilings)?;
         let trials = table::<TrialRow>(&file, &path, "trials")?;
         let arch_ids = table::<u64>(&file, &path, "architecture_ids")?;
         let arch_json = table::<VarLenUnicode>(&file, &path, "architectures")?;

@@ -430,6 +430,7 @@ fn the_default_grid_step_is_the_recorded_presets() {
     let tmp = tempfile::tempdir().unwrap();
     let m = aiperf_records::writer::RunMeta {
         platform: Vec::new(),
+        ceilings: Vec::new(),
         config_json: common::SMALL_CONFIG
             .replace("\"score_interval_s\":360.0", "\"score_interval_s\":250.0"),
         ..meta(1)

@@ -79,6 +79,8 @@ pub struct StartRecord {
     pub devices: Vec<String>,
     /// One entry per distinct platform among the ranks.
     pub platform: Vec<aiperf_records::platform::PlatformEntry>,
+    /// Each training rank's measured ceiling.
+    pub ceilings: Vec<aiperf_records::ceiling::Ceiling>,
 }
 
 /// Rank 0: opens (or, on resume, reopens) `primary.h5`, serves every group, closes the
@@ -118,6 +120,7 @@ pub fn run_primary(
             hosts: ctx.hosts.clone(),
             devices: start.devices.clone(),
             platform: start.platform.clone(),
+            ceilings: start.ceilings.clone(),
             seed: ctx.seed,
             dataset: start.dataset.name.clone(),
             start_architecture: preset.start.clone(),

@@ -71,6 +71,22 @@ pub fn receive_any<C: Communicator>(
     }
 }
 
+/// A barrier over `world` that does not spin a core while it waits (tests a non-blocking
+/// barrier, sleeping up to 1 ms between tests): for ranks that wait while others measure.
+pub fn quiet_barrier<C: Communicator>(world: &C) {
+    use mpi::collective::CommunicatorCollectives;
+    let mut request = world.immediate_barrier();
+    let mut pause = Duration::from_micros(20);
+    loop {
+        match request.test() {
+            Ok(_) => return,
+            Err(r) => request = r,
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
+    }
+}
+
 /// Sends a message to the primary (world rank 0) without waiting for an answer.
 pub fn tell<C: Communicator>(world: &C, msg: &ToPrimary) {
     world.process_at_rank(0).send(&encode(msg)[..]);

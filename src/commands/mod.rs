@@ -3,7 +3,9 @@
 //! (`ops`, `search-sim`, `data-check`). Also what every MPI command shares: one
 //! initialisation, a panic hook that aborts the whole job, and errors printed once.
 
+mod arithmetic;
 mod audit;
+mod kernels;
 mod mpi_tools;
 mod offline;
 mod run;

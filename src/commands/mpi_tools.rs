@@ -20,8 +20,9 @@ pub fn doctor(json: bool) -> anyhow::Result<()> {
         }
     }
     let p = Platform::probe(crate::version::mpi_library(), world.size(), world.rank());
+    let arith = super::arithmetic::Arithmetic::probe(&world);
     if json {
-        println!("{}", serde_json::to_string(&p)?);
+        println!("{}", serde_json::to_string(&arith.with(&p))?);
     } else {
         let a = &p.accelerators;
         let gpus = if a.names.is_empty() {
@@ -49,6 +50,7 @@ pub fn doctor(json: bool) -> anyhow::Result<()> {
             p.mpi_cuda_aware,
             p.hdf5_version
         );
+        println!("rank {}/{}: {}", p.mpi_rank, p.mpi_world_size, arith.line());
     }
     Ok(())
 }

@@ -36,6 +36,7 @@ pub fn data_check(a: DataCheckArgs) -> anyhow::Result<()> {
         augment: a.augment,
         workers: a.workers,
         output: a.augment_on.output(device),
+        channels_last: false,
         ..LoaderConfig::default()
     };
     println!(

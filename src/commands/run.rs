@@ -69,6 +69,7 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         .map_or(Color::undefined(), |g| Color::with_value(g as i32));
     let group_comm = world.split_by_color(color);
     resolve_exchange(&world, group_comm.as_ref(), &mut config);
+    let ceilings = super::kernels::resolve(&world, &place, &common, &mut config, first_graph)?;
     let built = trainer(&world, &config, &place, &flags);
     let (trainer, start_graph, dataset) = agree(&world, built)?;
     let claim = claim_results(&world, &results, common.t0_s, flags.resume.is_some())?;
@@ -88,6 +89,7 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         precision: precision_name(&config, &flags),
         devices: common.devices.clone(),
         platform: aiperf_records::platform::entries(&common.platform, &common.hosts),
+        ceilings,
     };
     let p = &config.preset;
     if world.rank() == 0 {
@@ -415,6 +417,19 @@ fn synthetic_trainer(
     Ok((trainer, start, identity))
 }
 
+/// The run's first architecture on its dataset (for the start-up probe).
+fn first_graph(config: &RecordedConfig) -> anyhow::Result<Graph> {
+    let p = &config.preset;
+    let dir = config.data_dir();
+    let h = open_split(&dir, "train")?.header().clone();
+    let (oh, ow) = input_size(p, &h, &dir)?;
+    start_graph(
+        &p.start,
+        arch::Shape::new(h.channels, oh, ow),
+        h.num_classes,
+    )
+}
+
 fn start_graph(name: &str, input: arch::Shape, classes: u32) -> anyhow::Result<Graph> {
     let start = arch::by_name(name, input, classes).ok_or_else(|| {
         anyhow::anyhow!(
@@ -452,12 +467,6 @@ fn real_trainer(
     crate::data::same_shape(&dir, &h, val.header())?;
     check_counts(flags, &dir, h.num_samples, val.header().num_samples)?;
     check_batch_fits(config, place, h.num_samples)?;
-    if p.train.precision.autocasts() && place.device == tch::Device::Cpu && place.local.is_some() {
-        bail!(
-            "--precision {} needs a CUDA device (autocast); this rank has none: use fp32 on CPU",
-            p.train.precision.name()
-        );
-    }
     let v = val.header();
     let identity = DatasetIdentity {
         name: h.source.dataset.clone(),

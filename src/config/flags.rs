@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use crate::arch::Shape;
-use crate::train::Precision;
+use crate::train::{MemoryFormat, Precision};
 
 use super::TrainerKind;
 
@@ -52,10 +52,17 @@ pub struct RunFlags {
     /// CPU threads per training rank (default: the node's cores shared by its training ranks).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Arithmetic: fp32, fp16 (CUDA autocast with dynamic loss scaling) or bf16 (CUDA
-    /// autocast in bfloat16); the autocast ones are an error on CPU.
+    /// Arithmetic: auto (the fastest every training rank computes natively; the records
+    /// say which), fp32, bf16 (autocast in bfloat16: GPUs, and processors with AMX or
+    /// AVX-512-BF16 — refused where it would be emulated) or fp16 (CUDA autocast with
+    /// dynamic loss scaling) [default: the preset's, auto in the built-in ones].
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
+    /// Memory format of parameters and batches: auto (whichever a start-up probe of the
+    /// first architecture measures faster; the records say which), nchw or channels-last
+    /// [default: the preset's, auto in the built-in ones].
+    #[arg(long, value_enum)]
+    pub memory_format: Option<MemoryFormat>,
     /// The gradient exchange (docs/scaling.md, "Data-parallel exchange and dp-check"): auto
     /// (hierarchical where it measures faster on the run's groups at start-up, else allreduce;
     /// the log says which and why, the records which), allreduce, allreduce-pipelined,
@@ -164,6 +171,7 @@ impl RunFlags {
             ("--val-images", self.val_images.is_some()),
             ("--batch-size", self.batch_size.is_some()),
             ("--precision", self.precision.is_some()),
+            ("--memory-format", self.memory_format.is_some()),
             ("--exchange", self.exchange.is_some()),
             ("--bucket-bytes", self.bucket_bytes.is_some()),
             ("--no-overlap", self.no_overlap),

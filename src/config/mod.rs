@@ -189,6 +189,9 @@ fn training_overrides(t: &mut crate::train::TrainConfig, f: &RunFlags) -> Result
     if let Some(x) = f.precision {
         t.precision = x;
     }
+    if let Some(x) = f.memory_format {
+        t.memory_format = x;
+    }
     if let Some(n) = f.trace_steps {
         t.trace_steps = count_in("--trace-steps", n, 0, u64::from(MAX_TRACE_STEPS))?;
     }

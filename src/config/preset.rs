@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::data::Augment;
 use crate::search::Hparams;
 use crate::train::exchange::ExchangeConfig;
-use crate::train::{Precision, TrainConfig};
+use crate::train::{MemoryFormat, Precision, TrainConfig};
 
 /// A complete run configuration before command-line overrides.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -380,7 +380,8 @@ fn base_train() -> TrainConfig {
         val_batch: 256,
         loader_workers: 2,
         prefetch: 2,
-        precision: Precision::Fp32,
+        precision: Precision::Auto,
+        memory_format: MemoryFormat::Auto,
         exchange: ExchangeConfig::default(),
         trace_steps: 0,
         augment_on: crate::train::AugmentOn::Auto,

@@ -48,6 +48,9 @@ pub struct LoaderConfig {
     /// What the workers hand over: finished images on the host, or the stored images and
     /// resize tables for augmentation on the device.
     pub output: Output,
+    /// Host images written in channels-last order (N·H·W·C in memory, handed over as an
+    /// N·C·H·W view of it): what a channels-last model reads, without a copy.
+    pub channels_last: bool,
 }
 
 /// Where the loader's augmentation runs.
@@ -80,6 +83,7 @@ impl Default for LoaderConfig {
             prefetch: 2,
             limit: None,
             output: Output::Host,
+            channels_last: false,
         }
     }
 }
@@ -171,18 +175,7 @@ impl Plan {
             Output::Device if device_aug::supports(&self.cfg.augment) => {
                 Images::Raw(device_aug::RawImages::gather(self, mine, rng)?)
             }
-            _ => {
-                let dims = [mine.len(), self.shape.c, oh, ow];
-                let mut t = host_tensor(dims, tch::Kind::Float, self.pinned)?;
-                // SAFETY: a fresh contiguous f32 tensor that only this worker holds.
-                let out = unsafe { host_slice::<f32>(&mut t) };
-                let per = self.shape.c * oh * ow;
-                for (&i, out) in mine.iter().zip(out.chunks_exact_mut(per.max(1))) {
-                    let (aug, src) = (&self.cfg.augment, self.pack.image(i));
-                    augment::apply(aug, src, self.shape, &self.affine, &mut rng(i), out);
-                }
-                Images::Ready(t)
-            }
+            _ => Images::Ready(self.host_images(mine, &rng)?),
         };
         Ok(Batch {
             epoch,
@@ -192,6 +185,49 @@ impl Plan {
             images,
             labels,
             shape: [mine.len(), self.shape.c, oh, ow],
+        })
+    }
+}
+
+impl Plan {
+    /// The augmented, normalised images of `samples` in a host tensor (N·C·H·W, or its
+    /// channels-last view when asked for and there are several channels: one channel is
+    /// both orders at once).
+    fn host_images(
+        &self,
+        samples: &[usize],
+        rng: &dyn Fn(usize) -> ChaCha8Rng,
+    ) -> Result<tch::Tensor, DataError> {
+        let ((oh, ow), c) = (self.out_hw, self.shape.c);
+        let interleave = self.cfg.channels_last && c > 1;
+        let dims = if interleave {
+            [samples.len(), oh, ow, c]
+        } else {
+            [samples.len(), c, oh, ow]
+        };
+        let mut t = host_tensor(dims, tch::Kind::Float, self.pinned)?;
+        // SAFETY: a fresh contiguous f32 tensor that only this worker holds.
+        let out = unsafe { host_slice::<f32>(&mut t) };
+        let per = c * oh * ow;
+        // One sample's planes, interleaved into its pixels' channels.
+        let mut planes = vec![0f32; if interleave { per } else { 0 }];
+        for (&i, out) in samples.iter().zip(out.chunks_exact_mut(per.max(1))) {
+            let (aug, src) = (&self.cfg.augment, self.pack.image(i));
+            if !interleave {
+                augment::apply(aug, src, self.shape, &self.affine, &mut rng(i), out);
+                continue;
+            }
+            augment::apply(aug, src, self.shape, &self.affine, &mut rng(i), &mut planes);
+            for (ch, plane) in planes.chunks_exact(oh * ow).enumerate() {
+                for (px, &v) in plane.iter().enumerate() {
+                    out[px * c + ch] = v;
+                }
+            }
+        }
+        Ok(if interleave {
+            t.f_permute([0, 3, 1, 2])?
+        } else {
+            t
         })
     }
 }

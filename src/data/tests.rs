@@ -431,3 +431,37 @@ fn the_device_path_computes_the_cpu_paths_function() {
         }
     }
 }
+
+#[test]
+fn channels_last_batches_hold_the_same_images_in_nhwc_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    for c in [1u32, 3] {
+        let sub = dir.path().join(c.to_string());
+        std::fs::create_dir_all(&sub).unwrap();
+        let pack = make_pack(&sub, 12, [c, 6, 5], 3);
+        let crop = LoaderConfig {
+            augment: Augment::CropFlip { pad: 2 },
+            ..cfg(4, 0, 1)
+        };
+        let nchw = collect(&pack, crop.clone(), 1);
+        let nhwc = collect(
+            &pack,
+            LoaderConfig {
+                channels_last: true,
+                ..crop
+            },
+            1,
+        );
+        for (a, b) in nchw.iter().zip(&nhwc) {
+            let (x, _) = a.to_tensors(tch::Device::Cpu).unwrap();
+            let (y, _) = b.to_tensors(tch::Device::Cpu).unwrap();
+            assert_eq!(x.size(), y.size());
+            assert!(x.equal(&y), "c = {c}: the same values");
+            assert!(crate::train::layout::is_channels_last(&y), "c = {c}");
+            if c > 1 {
+                // NHWC in memory: the channels of a pixel lie next to each other.
+                assert_eq!(y.stride(), [6 * 5 * 3, 1, 5 * 3, 3]);
+            }
+        }
+    }
+}

@@ -1,8 +1,9 @@
-//! Mixed precision: the arithmetic of the training step (`--precision`) and CUDA autocast in
-//! the reduced type it names. tch switches autocast on and off but always in float16; the
-//! type is libtorch's own `at::autocast::set_autocast_dtype`, called through its C++ symbol
+//! Mixed precision: the arithmetic of the training step (`--precision`) and autocast in the
+//! reduced type it names — CUDA autocast on a GPU, CPU autocast (bfloat16 only) on a
+//! processor. tch switches CUDA autocast on and off but always in float16; the type is
+//! libtorch's own `at::autocast::set_autocast_dtype`, called through its C++ symbol
 //! (exported by libtorch_cpu in 2.11 and 2.13: a libtorch without it fails to link, never
-//! silently trains in another type).
+//! silently trains in another type). CPU autocast goes through `src/train/kernels.cpp`.
 
 use serde::{Deserialize, Serialize};
 
@@ -10,13 +11,16 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
-    /// float32 everywhere (the only choice on CPU).
+    /// The fastest the node computes natively (bf16 on GPUs and on processors with AMX or
+    /// AVX-512-BF16, else fp32), resolved at start-up and recorded as what it chose.
+    Auto,
+    /// float32 everywhere.
     Fp32,
     /// CUDA automatic mixed precision: float16 matrix products, float32 parameters, dynamic
-    /// loss scaling.
+    /// loss scaling (GPUs only).
     Fp16,
-    /// CUDA automatic mixed precision in bfloat16: float32's exponent range, so no loss
-    /// scaling.
+    /// Automatic mixed precision in bfloat16 (CUDA autocast on a GPU, CPU autocast on a
+    /// processor with native bfloat16): float32's exponent range, so no loss scaling.
     Bf16,
 }
 
@@ -28,6 +32,10 @@ extern "C" {
     // c10::ScalarType at::autocast::get_autocast_dtype(c10::DeviceType).
     #[link_name = "_ZN2at8autocast18get_autocast_dtypeEN3c1010DeviceTypeE"]
     fn at_get_autocast_dtype(device: i8) -> i8;
+    // src/train/kernels.cpp.
+    fn aiperf_cpu_autocast_enter(dtype: i8) -> i32;
+    fn aiperf_cpu_autocast_exit(was: i32);
+    fn aiperf_cpu_autocast_state(dtype: *mut i8) -> i32;
 }
 
 /// `c10::DeviceType::CUDA`.
@@ -47,32 +55,62 @@ pub fn cuda_autocast_dtype() -> Result<tch::Kind, i8> {
     }
 }
 
+/// Whether CPU autocast is on for this thread, and its reduced type.
+pub fn cpu_autocast_state() -> (bool, Result<tch::Kind, i8>) {
+    let mut dtype = 0i8;
+    // SAFETY: reads thread-local settings into a local.
+    let on = unsafe { aiperf_cpu_autocast_state(&mut dtype) } == 1;
+    let kind = match dtype {
+        HALF => Ok(tch::Kind::Half),
+        BFLOAT16 => Ok(tch::Kind::BFloat16),
+        other => Err(other),
+    };
+    (on, kind)
+}
+
 impl Precision {
     /// The name recorded in the run's attributes.
     pub fn name(self) -> &'static str {
         match self {
+            Precision::Auto => "auto",
             Precision::Fp32 => "fp32",
             Precision::Fp16 => "fp16",
             Precision::Bf16 => "bf16",
         }
     }
 
-    /// Whether the step runs under CUDA autocast (which needs a CUDA device).
+    /// Whether the step runs under autocast (a reduced type).
     pub fn autocasts(self) -> bool {
-        self != Precision::Fp32
+        matches!(self, Precision::Fp16 | Precision::Bf16)
     }
 
-    /// Runs `f` under CUDA autocast in this precision's reduced type (fp32: as it is). The
-    /// type is set on the calling thread each time (libtorch keeps it per thread).
-    pub fn autocast<T>(self, f: impl FnOnce() -> T) -> T {
+    /// Runs `f` under autocast in this precision's reduced type on `device` (fp32: as it
+    /// is): CUDA autocast on a GPU, CPU autocast on the processor (bf16 only; the trainer
+    /// refuses fp16 there). The type is set on the calling thread each time (libtorch keeps
+    /// it per thread).
+    pub fn autocast<T>(self, device: tch::Device, f: impl FnOnce() -> T) -> T {
         let dtype = match self {
-            Precision::Fp32 => return f(),
+            Precision::Auto | Precision::Fp32 => return f(),
             Precision::Fp16 => HALF,
             Precision::Bf16 => BFLOAT16,
         };
-        // SAFETY: sets a thread-local setting to a valid (device, scalar type) pair.
-        unsafe { at_set_autocast_dtype(CUDA, dtype) };
-        tch::autocast(true, f)
+        if device.is_cuda() {
+            // SAFETY: sets a thread-local setting to a valid (device, scalar type) pair.
+            unsafe { at_set_autocast_dtype(CUDA, dtype) };
+            return tch::autocast(true, f);
+        }
+        // SAFETY: sets thread-local settings; the exit below restores them, also when `f`
+        // panics (the guard's drop).
+        let was = unsafe { aiperf_cpu_autocast_enter(dtype) };
+        struct Exit(i32);
+        impl Drop for Exit {
+            fn drop(&mut self) {
+                // SAFETY: pairs the enter above on the same thread.
+                unsafe { aiperf_cpu_autocast_exit(self.0) }
+            }
+        }
+        let _exit = Exit(was);
+        f()
     }
 }
 
@@ -89,16 +127,17 @@ mod tests {
                 Ok(tch::Kind::Half),
                 "libtorch's default"
             );
-            let inside = Precision::Bf16.autocast(cuda_autocast_dtype);
+            let gpu = tch::Device::Cuda(0);
+            let inside = Precision::Bf16.autocast(gpu, cuda_autocast_dtype);
             assert_eq!(inside, Ok(tch::Kind::BFloat16));
             assert_eq!(
-                Precision::Fp16.autocast(cuda_autocast_dtype),
+                Precision::Fp16.autocast(gpu, cuda_autocast_dtype),
                 Ok(tch::Kind::Half)
             );
             // fp32 leaves the type as it was.
-            Precision::Bf16.autocast(|| ());
+            Precision::Bf16.autocast(gpu, || ());
             assert_eq!(
-                Precision::Fp32.autocast(cuda_autocast_dtype),
+                Precision::Fp32.autocast(gpu, cuda_autocast_dtype),
                 Ok(tch::Kind::BFloat16)
             );
         })
@@ -106,5 +145,34 @@ mod tests {
         .unwrap();
         assert_eq!(Precision::Bf16.name(), "bf16");
         assert!(Precision::Bf16.autocasts() && !Precision::Fp32.autocasts());
+        assert!(!Precision::Auto.autocasts());
+    }
+
+    #[test]
+    fn cpu_autocast_is_on_in_bf16_inside_and_restored_after() {
+        std::thread::spawn(|| {
+            let cpu = tch::Device::Cpu;
+            assert!(!cpu_autocast_state().0, "off by default");
+            let (on, kind) = Precision::Bf16.autocast(cpu, cpu_autocast_state);
+            assert_eq!((on, kind), (true, Ok(tch::Kind::BFloat16)));
+            assert!(!cpu_autocast_state().0, "off again after");
+            assert!(!Precision::Fp32.autocast(cpu, cpu_autocast_state).0);
+            // A matrix product inside is computed in bfloat16, its inputs float32.
+            let a = tch::Tensor::ones([4, 4], (tch::Kind::Float, cpu));
+            let p = Precision::Bf16.autocast(cpu, || a.matmul(&a));
+            assert_eq!(p.kind(), tch::Kind::BFloat16);
+            assert_eq!(
+                Precision::Fp32.autocast(cpu, || a.matmul(&a)).kind(),
+                tch::Kind::Float
+            );
+            // Restored when the closure panics.
+            let caught = std::panic::catch_unwind(|| {
+                Precision::Bf16.autocast(cpu, || panic!("inside"));
+            });
+            assert!(caught.is_err());
+            assert!(!cpu_autocast_state().0);
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -16,7 +16,10 @@ mod gradients;
 pub mod hierarchy;
 pub mod hooks;
 pub mod inplace;
+pub mod layout;
+pub mod native;
 pub mod overlap;
+pub mod probe;
 pub mod scaler;
 pub mod schedule;
 pub mod simulated;
@@ -29,6 +32,7 @@ use mpi::topology::SimpleCommunicator;
 
 pub use amp::Precision;
 pub use check::{dp_check, DpReport};
+pub use layout::MemoryFormat;
 pub use sync::{average_buffers, sync_gradients, sync_gradients_with_flag, SyncStats};
 pub use trainer::{AugmentOn, RealTrainer, TrainConfig, TrialSpec, TrialTrainer};
 

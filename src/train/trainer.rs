@@ -20,6 +20,7 @@ use tch::{nn, Device, Kind, Reduction, Tensor};
 use super::amp::Precision;
 use super::exchange::{unix_s, ExchangeConfig};
 use super::gradients::{synchronize, Gradients};
+use super::layout::MemoryFormat;
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
 use super::staging::ExchangeBuffer;
@@ -61,8 +62,12 @@ pub struct TrainConfig {
     pub loader_workers: usize,
     /// Batches each loader thread prepares ahead.
     pub prefetch: usize,
-    /// Arithmetic.
+    /// Arithmetic (`auto` is resolved at start-up and recorded as what it chose).
     pub precision: Precision,
+    /// Memory format of parameters and batches (`auto` is resolved at start-up and recorded
+    /// as what it chose; absent from older records: `nchw`).
+    #[serde(default)]
+    pub memory_format: MemoryFormat,
     /// The gradient exchange (`--exchange`, `--bucket-bytes`; DDP-like buckets by default).
     #[serde(default)]
     pub exchange: ExchangeConfig,
@@ -241,6 +246,7 @@ fn loaders(
             workers: cfg.loader_workers,
             prefetch: cfg.prefetch,
             output: cfg.augment_on.output(device),
+            channels_last: cfg.memory_format == MemoryFormat::ChannelsLast,
             limit: cfg.train_images,
         },
     )?;
@@ -268,6 +274,7 @@ fn loaders(
             workers: cfg.loader_workers,
             prefetch: cfg.prefetch,
             output: cfg.augment_on.output(device),
+            channels_last: cfg.memory_format == MemoryFormat::ChannelsLast,
             limit: cfg.val_images,
         },
     )?;
@@ -285,11 +292,17 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         val_pack: &Arc<Pack>,
         spec: &TrialSpec,
     ) -> Result<Self, TrainError> {
-        if cfg.precision.autocasts() && !device.is_cuda() {
-            return Err(TrainError::Config(format!(
-                "{} autocast needs a CUDA device; use --precision fp32 on CPU",
-                cfg.precision.name()
-            )));
+        match cfg.precision {
+            Precision::Auto => return Err(TrainError::Config(
+                "precision auto reached the trainer unresolved (the run resolves it at start-up)"
+                    .into(),
+            )),
+            Precision::Fp16 if !device.is_cuda() => {
+                return Err(TrainError::Config(
+                    "fp16 autocast needs a CUDA device; use --precision bf16 or fp32 on CPU".into(),
+                ))
+            }
+            _ => {}
         }
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
         // Collective over the group, like everything else here.
@@ -299,6 +312,12 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let net = Net::build(&vs.root(), &spec.graph)?;
         // The leader's initial values everywhere (bit-identical start on any devices).
         broadcast_initial(comm, &vs, device)?;
+        if cfg.memory_format == MemoryFormat::Auto {
+            return Err(TrainError::Config(
+                "memory format auto reached the trainer unresolved (the run resolves it at start-up)".into(),
+            ));
+        }
+        cfg.memory_format.apply_to(&vs)?;
         let global = spec.hparams.batch_size as usize * size;
         let lr = cfg.lr_per_256 * global as f64 / 256.0;
         let opt = nn::Sgd {
@@ -354,6 +373,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
                 .next()
                 .ok_or_else(|| TrainError::Config("the loader ended an epoch early".into()))??;
             let (x, y) = batch.to_tensors(self.device)?;
+            let x = self.cfg.memory_format.apply(&x)?;
             stats.data_wait_s += waited.elapsed().as_secs_f64();
             if let Some(t) = waited_unix {
                 stats
@@ -426,15 +446,13 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         let computing_unix = traced.then(unix_s);
         let smoothing = self.cfg.label_smoothing;
         self.grads.zero(&mut self.opt)?;
-        let loss = self.cfg.precision.autocast(|| {
-            self.net.forward_t(x, true).f_cross_entropy_loss::<Tensor>(
-                y,
-                None,
-                Reduction::Mean,
-                -100,
-                smoothing,
-            )
-        })?;
+        // The loss in float32 from the logits, as autocast's own policy computes it.
+        let loss = self
+            .cfg
+            .precision
+            .autocast(self.device, || self.net.forward_t(x, true))
+            .f_to_kind(Kind::Float)?
+            .f_cross_entropy_loss::<Tensor>(y, None, Reduction::Mean, -100, smoothing)?;
         let step_loss = loss.f_double_value(&[])? * f64::from(weight);
         let (s, abandon) = self.backward_exchange(
             &loss,
@@ -531,7 +549,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
 
     /// Validation on this rank's shard: (summed loss, correct, images).
     fn validate(&mut self, stats: &mut EpochStats) -> Result<(f64, f64, f64), TrainError> {
-        let precision = self.cfg.precision;
+        let (precision, device) = (self.cfg.precision, self.device);
         let (mut val_loss, mut correct, mut seen) = (0f64, 0f64, 0f64);
         let mut batches = self.val.epoch(0);
         loop {
@@ -544,11 +562,12 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             }
             // Delivery to the device counts as data, as in training.
             let (x, y) = batch.to_tensors(self.device)?;
+            let x = self.cfg.memory_format.apply(&x)?;
             stats.data_wait_s += waited.elapsed().as_secs_f64();
             let computing = Instant::now();
             let (l, c) = tch::no_grad(|| -> Result<(f64, f64), TrainError> {
                 let logits = precision
-                    .autocast(|| self.net.forward_t(&x, false))
+                    .autocast(device, || self.net.forward_t(&x, false))
                     .f_to_kind(Kind::Float)?;
                 let l = logits
                     .f_cross_entropy_loss::<Tensor>(&y, None, Reduction::Sum, -100, 0.0)?

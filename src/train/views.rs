@@ -75,15 +75,17 @@ impl GradViews {
             let mut offset = 0i64;
             for (g, &n) in grads.iter().zip(&sizes) {
                 let size = g.size();
-                flat.f_narrow(0, offset, n as i64)?
-                    .f_copy_(&g.f_reshape([-1])?)?;
+                // The gradient's own layout (autograd gives a channels-last parameter a
+                // channels-last gradient and accumulates into one only if it stays so).
+                let strides = if super::layout::is_channels_last(g) && !g.is_contiguous() {
+                    g.stride()
+                } else {
+                    contiguous_strides(&size)
+                };
+                flat.f_as_strided(&size, &strides, Some(offset))?
+                    .f_copy_(g)?;
                 let mut grad = g.shallow_clone();
-                let _ = grad.f_set_source_tensor_storage_offset_(
-                    &flat,
-                    offset,
-                    &size,
-                    contiguous_strides(&size),
-                )?;
+                let _ = grad.f_set_source_tensor_storage_offset_(&flat, offset, &size, strides)?;
                 offset += n as i64;
             }
             Ok(())
@@ -228,6 +230,47 @@ mod tests {
             // Writing the bucket writes the gradient: they share memory.
             let _ = flat.narrow(0, 0, 1).fill_(7.0);
             assert_eq!(w.grad().double_value(&[0, 0]), 7.0);
+        }
+    }
+
+    #[test]
+    fn a_channels_last_gradient_is_bound_in_its_own_layout() {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let conv = nn::conv2d(vs.root() / "c", 2, 4, 3, Default::default());
+        super::super::MemoryFormat::ChannelsLast
+            .apply_to(&vs)
+            .unwrap();
+        let vars = vs.trainable_variables();
+        let mut opt = nn::Sgd::default().build(&vs, 0.1).unwrap();
+        let mut views = GradViews::default();
+        let x = Tensor::ones([2, 2, 5, 5], (Kind::Float, Device::Cpu));
+        let mut first = None;
+        for round in 0..2 {
+            views.zero(&mut opt).unwrap();
+            x.apply(&conv).sum(Kind::Float).backward();
+            if round == 0 {
+                first = Some(conv.ws.grad().copy());
+                views.bind(&vars).unwrap();
+            }
+            let g = conv.ws.grad();
+            assert_eq!(
+                g.stride(),
+                conv.ws.stride(),
+                "round {round}: the parameter's layout"
+            );
+            assert!(
+                g.equal(first.as_ref().unwrap()),
+                "round {round}: same values"
+            );
+            let flat = views.flat.as_ref().unwrap();
+            let (lo, hi) = (
+                flat.data_ptr() as usize,
+                flat.data_ptr() as usize + 4 * flat.numel(),
+            );
+            assert!(
+                (lo..hi).contains(&(g.data_ptr() as usize)),
+                "round {round}: in the bucket"
+            );
         }
     }
 }

@@ -9,7 +9,6 @@ use serde::Serialize;
 use super::{attr, judge, Audit, AuditRow, Judgement, Mode, SeedRow, AUDIT_ATTRS, AUDIT_FILE};
 use crate::digest::{self, Digest};
 use crate::error::RecordError;
-use crate::schema::SCHEMA_VERSION;
 use crate::source::Source;
 
 /// An audit read back: what it says, its judgement recomputed, and whether its seal holds
@@ -35,7 +34,7 @@ pub fn read(dir: &Path, run_digest: Option<&str>) -> Result<Option<AuditRecord>,
     }
     let f = Source::open(&path)?;
     let version: u32 = f.attr(attr::SCHEMA_VERSION)?;
-    if version < SCHEMA_VERSION {
+    if version < super::AUDIT_SCHEMA {
         return Err(RecordError::Hdf5 {
             path,
             message: format!("an audit of schema {version}, written by an older aiperf: move it away and audit again with this one"),

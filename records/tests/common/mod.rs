@@ -38,6 +38,7 @@ pub fn meta(groups: u32) -> RunMeta {
     let world = 1 + 2 * groups;
     RunMeta {
         platform: Vec::new(),
+        ceilings: Vec::new(),
         program_version: "test".into(),
         config_json: SMALL_CONFIG.into(),
         start_time_s: T0,

@@ -1,0 +1,111 @@
+//! `aiperf doctor`'s account of the arithmetic on each rank (docs/design.md §7): the
+//! precisions its device computes natively (and why bf16 is or is not one), and the
+//! measured ceiling in each — what `aiperf run` would choose and divide by.
+
+use aiperf_records::ceiling::Ceiling;
+use mpi::topology::SimpleCommunicator;
+use mpi::traits::Communicator;
+use serde::Serialize;
+
+use crate::platform::Platform;
+use crate::train::{native, Precision};
+
+/// The arithmetic one rank can do.
+#[derive(Serialize)]
+pub struct Arithmetic {
+    /// The device measured (`cpu`, `cuda:N`: the node-local rank's GPU).
+    pub device: String,
+    /// The precisions it computes natively, fastest first (what `--precision auto` takes).
+    pub native_precisions: Vec<&'static str>,
+    /// Why bf16 is native on the processor (its instructions) or not (what is missing).
+    pub cpu_bf16: String,
+    /// Intra-op threads of the measurement: the node's cores shared by its ranks, as a run
+    /// shares them.
+    pub threads: usize,
+    /// The measured ceiling in each native precision.
+    pub ceilings: Vec<Ceiling>,
+    /// A measurement that failed, by precision.
+    pub errors: Vec<String>,
+}
+
+/// The doctor's JSON line: the platform's fields and the arithmetic's.
+#[derive(Serialize)]
+pub struct WithPlatform<'a> {
+    #[serde(flatten)]
+    platform: &'a Platform,
+    #[serde(flatten)]
+    arithmetic: &'a Arithmetic,
+}
+
+impl Arithmetic {
+    /// Probes this rank (collective over `world`: the node's ranks are counted).
+    pub fn probe(world: &SimpleCommunicator) -> Self {
+        let node = world.split_shared(world.rank());
+        let (local, on_node) = (node.rank().max(0) as usize, node.size().max(1) as usize);
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = (cpus / on_node).max(1);
+        tch::set_num_threads(i32::try_from(threads).unwrap_or(1));
+        let gpus = usize::try_from(tch::Cuda::device_count()).unwrap_or(0);
+        let device = if gpus > 0 {
+            tch::Device::Cuda(local % gpus)
+        } else {
+            tch::Device::Cpu
+        };
+        let fp = crate::fingerprint::this_rank(threads);
+        let natives = native::natives(device, &fp);
+        let host = crate::cluster::bootstrap::host_name();
+        let rank = u32::try_from(world.rank()).unwrap_or(0);
+        let (mut ceilings, mut errors) = (Vec::new(), Vec::new());
+        for &p in &natives {
+            match crate::ceiling::measure(device, p, rank, &host) {
+                Ok(c) => ceilings.push(c),
+                Err(e) => errors.push(format!("{}: {e}", p.name())),
+            }
+        }
+        Arithmetic {
+            device: crate::platform::device_label(device),
+            native_precisions: natives.iter().map(|p| Precision::name(*p)).collect(),
+            cpu_bf16: match native::cpu_bf16(&fp) {
+                Ok(how) => format!("native ({how})"),
+                Err(why) => format!("not native: {why}"),
+            },
+            threads,
+            ceilings,
+            errors,
+        }
+    }
+
+    /// The JSON object of `platform` with these fields beside its own.
+    pub fn with<'a>(&'a self, platform: &'a Platform) -> WithPlatform<'a> {
+        WithPlatform {
+            platform,
+            arithmetic: self,
+        }
+    }
+
+    /// One line for the table.
+    pub fn line(&self) -> String {
+        let ceilings: Vec<String> = self
+            .ceilings
+            .iter()
+            .map(|c| {
+                format!(
+                    "{} matrix product {:.1} GOPS/s (n={}), 3×3 convolution {:.1} GOPS/s",
+                    c.precision,
+                    c.gemm_ops_per_s / 1e9,
+                    c.gemm_n,
+                    c.conv_ops_per_s / 1e9
+                )
+            })
+            .chain(self.errors.iter().map(|e| format!("failed: {e}")))
+            .collect();
+        format!(
+            "{} computes natively {} (bf16 on the processor: {}); ceiling with {} thread(s): {}",
+            self.device,
+            self.native_precisions.join(", "),
+            self.cpu_bf16,
+            self.threads,
+            ceilings.join("; ")
+        )
+    }
+}

@@ -1,0 +1,180 @@
+//! Which precisions a device computes natively (docs/design.md §7): fp32 everywhere; bf16 on
+//! GPUs and on processors whose kernels have bfloat16 instructions (AMX or AVX-512-BF16 on
+//! x86, the BF16 extension on Arm) unless a pin holds oneDNN below them; fp16 on GPUs. A run
+//! refuses a precision its device would only emulate (slower than fp32), and `auto` takes
+//! the fastest native one. `AIPERF_NATIVE_BF16=0|1` forces the processor's answer (tests
+//! force both sides of the check; a forced answer is in the recorded fingerprint's pins).
+
+use aiperf_records::platform::Fingerprint;
+use tch::Device;
+
+use super::Precision;
+
+/// The environment variable that forces whether the processor counts as computing bf16
+/// natively (`0` or `1`).
+pub const FORCE_BF16: &str = "AIPERF_NATIVE_BF16";
+
+/// oneDNN's instruction sets from which bfloat16 is computed natively (its names, as
+/// `ONEDNN_MAX_CPU_ISA` takes them); a pin below these makes bf16 emulated.
+const BF16_ISAS: &[&str] = &[
+    "avx512_core_bf16",
+    "avx10_1_512",
+    "avx512_core_fp16",
+    "avx10_1_512_amx",
+    "avx512_core_amx",
+    "avx10_1_512_amx_fp16",
+    "avx512_core_amx_fp16",
+    "all",
+];
+
+/// Whether this processor computes bf16 natively: `Ok` with the instructions it uses, or
+/// `Err` naming what is missing.
+pub fn cpu_bf16(fp: &Fingerprint) -> Result<String, String> {
+    if let Some(v) = fp.pins.get(FORCE_BF16) {
+        return match v.as_str() {
+            "1" => Ok(format!("forced by {FORCE_BF16}=1")),
+            "0" => Err(format!("forced off by {FORCE_BF16}=0")),
+            other => Err(format!(
+                "{FORCE_BF16}={other} is neither 0 nor 1 (unset it, or set 0 or 1)"
+            )),
+        };
+    }
+    let has = |f: &str| fp.cpu_features.iter().any(|x| x == f);
+    let hardware = if has("amx_bf16") {
+        "AMX"
+    } else if has("avx512_bf16") {
+        "AVX-512-BF16"
+    } else if has("bf16") && has("asimd") {
+        "the Arm BF16 extension"
+    } else {
+        return Err(format!(
+            "the processor ({}) has neither AMX nor AVX-512-BF16",
+            fp.cpu_model
+        ));
+    };
+    let pinned = fp
+        .pins
+        .get("ONEDNN_MAX_CPU_ISA")
+        .or(fp.pins.get("DNNL_MAX_CPU_ISA"));
+    if let Some(p) = pinned {
+        if !has("asimd") && !BF16_ISAS.contains(&p.to_lowercase().as_str()) {
+            return Err(format!(
+                "oneDNN is held to {p} by its ISA pin, below the processor's {hardware}"
+            ));
+        }
+    }
+    Ok(hardware.into())
+}
+
+/// The precisions `device` computes natively, fastest first (`fp32` always last).
+pub fn natives(device: Device, fp: &Fingerprint) -> Vec<Precision> {
+    if device.is_cuda() {
+        return vec![Precision::Bf16, Precision::Fp16, Precision::Fp32];
+    }
+    match cpu_bf16(fp) {
+        Ok(_) => vec![Precision::Bf16, Precision::Fp32],
+        Err(_) => vec![Precision::Fp32],
+    }
+}
+
+/// `precision` resolved for `device`: `auto` becomes the fastest native one; any other is
+/// itself when `device` computes it natively, else an error naming the missing feature.
+pub fn resolve(
+    precision: Precision,
+    device: Device,
+    fp: &Fingerprint,
+) -> Result<Precision, String> {
+    let native = natives(device, fp);
+    match precision {
+        Precision::Auto => Ok(native[0]),
+        p if native.contains(&p) => Ok(p),
+        Precision::Fp16 => Err(
+            "--precision fp16 needs a CUDA device (CPU autocast is bf16 only): use bf16 or fp32 on a processor"
+                .into(),
+        ),
+        p => Err(format!(
+            "--precision {} is not native here: {} (bf16 would be emulated, slower than fp32); use --precision fp32 or auto",
+            p.name(),
+            cpu_bf16(fp).err().unwrap_or_default()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn cpu(features: &[&str], pins: &[(&str, &str)]) -> Fingerprint {
+        let mut fp = crate::fingerprint::this_rank(1);
+        fp.cpu_model = "Test CPU".into();
+        fp.cpu_features = features.iter().map(|s| s.to_string()).collect();
+        fp.pins = pins
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<BTreeMap<_, _>>();
+        fp
+    }
+
+    #[test]
+    fn bf16_is_native_with_amx_or_avx512_bf16_unless_pinned_below() {
+        let amx = cpu(&["avx512f", "amx_tile", "amx_bf16"], &[]);
+        assert_eq!(cpu_bf16(&amx).unwrap(), "AMX");
+        assert_eq!(
+            natives(Device::Cpu, &amx),
+            [Precision::Bf16, Precision::Fp32]
+        );
+        assert_eq!(
+            resolve(Precision::Auto, Device::Cpu, &amx),
+            Ok(Precision::Bf16)
+        );
+        let avx512 = cpu(&["avx512f", "avx512_bf16"], &[]);
+        assert_eq!(cpu_bf16(&avx512).unwrap(), "AVX-512-BF16");
+        let avx2 = cpu(&["avx2", "fma"], &[]);
+        assert_eq!(natives(Device::Cpu, &avx2), [Precision::Fp32]);
+        assert_eq!(
+            resolve(Precision::Auto, Device::Cpu, &avx2),
+            Ok(Precision::Fp32)
+        );
+        let e = resolve(Precision::Bf16, Device::Cpu, &avx2).unwrap_err();
+        assert!(
+            e.contains("neither AMX nor AVX-512-BF16") && e.contains("Test CPU"),
+            "{e}"
+        );
+        // A pin below bf16 makes it emulated; one at or above keeps it native.
+        let held = cpu(&["amx_tile", "amx_bf16"], &[("ONEDNN_MAX_CPU_ISA", "AVX2")]);
+        let e = resolve(Precision::Bf16, Device::Cpu, &held).unwrap_err();
+        assert!(e.contains("held to AVX2"), "{e}");
+        let at = cpu(&["amx_bf16"], &[("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX")]);
+        assert!(cpu_bf16(&at).is_ok());
+        assert!(resolve(Precision::Fp16, Device::Cpu, &amx).is_err());
+        assert_eq!(
+            resolve(Precision::Fp32, Device::Cpu, &avx2),
+            Ok(Precision::Fp32)
+        );
+    }
+
+    #[test]
+    fn the_override_forces_both_sides_and_gpus_take_bf16() {
+        let forced_on = cpu(&["avx2"], &[(FORCE_BF16, "1")]);
+        assert_eq!(
+            resolve(Precision::Bf16, Device::Cpu, &forced_on),
+            Ok(Precision::Bf16)
+        );
+        let forced_off = cpu(&["amx_bf16"], &[(FORCE_BF16, "0")]);
+        let e = resolve(Precision::Bf16, Device::Cpu, &forced_off).unwrap_err();
+        assert!(e.contains("forced off by AIPERF_NATIVE_BF16=0"), "{e}");
+        assert!(cpu_bf16(&cpu(&[], &[(FORCE_BF16, "yes")]))
+            .unwrap_err()
+            .contains("neither 0 nor 1"));
+        let gpu = Device::Cuda(0);
+        assert_eq!(
+            resolve(Precision::Auto, gpu, &forced_off),
+            Ok(Precision::Bf16)
+        );
+        assert_eq!(
+            resolve(Precision::Fp16, gpu, &forced_off),
+            Ok(Precision::Fp16)
+        );
+    }
+}
