@@ -3,9 +3,11 @@ architecture (rebuilt from aiperf's IR JSON by scripts/flops_torch.py's IrNet), 
 thread count, SGD settings and label smoothing, on random inputs of the same shape (the
 arithmetic does not depend on the values). Prints one JSON object per repetition.
 
-Arguments: ARCH_JSON BATCH STEPS THREADS REPS [DEVICE [PRECISION]]; DEVICE cpu (default)
-or cuda, PRECISION fp32 (default), fp16 (torch.autocast with a GradScaler, as aiperf's
-trainer scales its loss) or bf16 (torch.autocast in bfloat16, no scaler)."""
+Arguments: ARCH_JSON BATCH STEPS THREADS REPS [DEVICE [PRECISION [MEMORY_FORMAT]]]; DEVICE
+cpu (default) or cuda, PRECISION fp32 (default), fp16 (CUDA only: torch.autocast with a
+GradScaler, as aiperf's trainer scales its loss) or bf16 (torch.autocast in bfloat16, no
+scaler, on either device), MEMORY_FORMAT nchw (default) or channels-last (the model and the
+batches in torch.channels_last, as PyTorch's performance guide recommends)."""
 
 import json
 import os
@@ -23,12 +25,13 @@ def main():
     arch, batch, steps, threads, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     device = sys.argv[6] if len(sys.argv) > 6 else "cpu"
     precision = sys.argv[7] if len(sys.argv) > 7 else "fp32"
-    if device not in ("cpu", "cuda") or precision not in ("fp32", "fp16", "bf16"):
-        sys.exit(f"bench_train_torch.py: device must be cpu or cuda and precision fp32, fp16 or bf16, not {device} {precision}")
+    layout = sys.argv[8] if len(sys.argv) > 8 else "nchw"
+    if device not in ("cpu", "cuda") or precision not in ("fp32", "fp16", "bf16") or layout not in ("nchw", "channels-last"):
+        sys.exit(f"bench_train_torch.py: device must be cpu or cuda, precision fp32, fp16 or bf16 and the format nchw or channels-last, not {device} {precision} {layout}")
     if device == "cuda" and not torch.cuda.is_available():
         sys.exit("bench_train_torch.py: device cuda, but torch sees no CUDA device")
-    if precision != "fp32" and device != "cuda":
-        sys.exit(f"bench_train_torch.py: {precision} needs device cuda")
+    if precision == "fp16" and device != "cuda":
+        sys.exit("bench_train_torch.py: fp16 needs device cuda")
     torch.set_num_threads(threads)
     with open(arch) as f:
         graph = json.load(f)
@@ -38,10 +41,13 @@ def main():
     opt = torch.optim.SGD(net.parameters(), lr=0.1 * batch / 256, momentum=0.9, weight_decay=5e-4)
     loss_fn = nn.CrossEntropyLoss(label_smoothing=0.1)
     xs = torch.randn(batch * 8, c, h, w, device=device)
+    if layout == "channels-last":
+        net = net.to(memory_format=torch.channels_last)
+        xs = xs.contiguous(memory_format=torch.channels_last)
     ys = torch.randint(0, classes, (batch * 8,), device=device)
     amp = precision != "fp32"
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+    scaler = torch.amp.GradScaler(device, enabled=precision == "fp16")
     net.train()
     for rep in range(reps):
         t = time.perf_counter()
@@ -56,7 +62,7 @@ def main():
             scaler.update()
             loss.item()
         secs = time.perf_counter() - t
-        print(json.dumps({"impl": "pytorch-eager", "device": device, "precision": precision, "batch": batch,
+        print(json.dumps({"impl": "pytorch-eager", "device": device, "precision": precision, "memory_format": layout, "batch": batch,
                           "threads": threads, "rep": rep, "images": batch * steps, "seconds": secs,
                           "images_per_s": batch * steps / secs}), flush=True)
 

@@ -7,8 +7,8 @@ an official run: ImageNet, a ResNet-50 start grown by the deeper morphism, 2 gro
 ranks, bf16, one hour and a bit; every epoch's images and steps follow from the batch size,
 every operation count is recomputed from the architectures exactly as the scorer does, the
 times leave room for the work they record, and every chain, carried row digest and the run
-digest are computed exactly as the README documents (records schema 4, with its `platform`
-attribute). Prints the run digest.
+digest are computed exactly as the README documents (records schema 5, with its `platform`
+and `ceilings` attributes — the ceilings a plausible H100's). Prints the run digest.
 
 No rule of the scorer can refuse such records: they describe work that fits together. Only
 the audit (re-training a sample of the recorded trials) or a run digest from the job's own
@@ -31,7 +31,7 @@ from tamper_drill import IMAGENET, SEARCH  # noqa: E402
 from verify_seal import architectures, chain, row_bytes, run_digest, seed  # noqa: E402
 
 TEXT = h5py.string_dtype("utf-8")
-SCHEMA = 4
+SCHEMA = 5
 GROUPS, RANKS = 2, 4                     # 2 groups × 4 ranks, one node each, + the primary
 T0 = 1796400000.318274                   # the claimed start (Unix seconds)
 DURATION = 3700.0
@@ -358,6 +358,16 @@ def monitor(rng):
             for k in range(1, int(DURATION // 30.0) + 1)]
 
 
+def ceilings(world):
+    """Each training rank's start-up ceiling: an H100's bf16 matrix product (n = 8192) and
+    3×3 convolution, at rates such a GPU reaches."""
+    return [{"rank": r, "host": "gpu-a017" if r <= RANKS else "gpu-a018",
+             "device": f"cuda:{(r - 1) % RANKS}", "precision": "bf16", "threads": 1,
+             "gemm_n": 8192, "gemm_ops_per_s": 7.31e14 + 1.0e12 * (r % 3),
+             "conv": "3×3 convolution 64→64 channels, 56×56, batch 256, channels-last",
+             "conv_ops_per_s": 3.12e14, "reps": 5} for r in range(1, world)]
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__, file=sys.stderr)
@@ -413,7 +423,8 @@ def main(argv):
                 ("devices", compact(devices), "text"), ("seed", cfg["seed"], "<u8"),
                 ("dataset", "imagenet", "text"), ("start_architecture", "resnet50", "text"),
                 ("precision", "bf16", "text"), ("dataset_identity", compact(DATASET), "text"),
-                ("search", compact(SEARCH), "text"), ("platform", compact(platform), "text")]:
+                ("search", compact(SEARCH), "text"), ("platform", compact(platform), "text"),
+                ("ceilings", compact(ceilings(world)), "text")]:
             attr(p, name, value, dtype)
         dataset(p, "trials", sealed("primary.h5", "trials", rows(TRIAL, trials)))
         dataset(p, "architecture_ids", np.array([m.id for m in models], dtype="<u8"))

@@ -71,9 +71,13 @@ pub fn describe(ceilings: &[Ceiling]) -> String {
         let lo = ceilings.iter().map(f).fold(f64::INFINITY, f64::min);
         let hi = ceilings.iter().map(f).fold(0.0, f64::max);
         if (hi - lo) <= 0.005 * hi {
-            format!("{:.1} G", hi / 1e9)
+            crate::report::si(hi)
         } else {
-            format!("{:.1}–{:.1} G", lo / 1e9, hi / 1e9)
+            format!(
+                "{}–{}",
+                crate::report::si(lo).trim_end(),
+                crate::report::si(hi)
+            )
         }
     };
     format!(
@@ -118,7 +122,7 @@ mod tests {
         assert_eq!(parse(&text).unwrap(), v);
         let d = describe(&v);
         assert!(
-            d.starts_with("2 accelerator(s) × 100.0–300.0 GOPS/s each: best of 5 bf16"),
+            d.starts_with("2 accelerator(s) × 100.000 G–300.000 GOPS/s each: best of 5 bf16"),
             "{d}"
         );
         assert!(parse(&text.replace("100000000000.0", "-1.0"))

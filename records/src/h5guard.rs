@@ -529,10 +529,10 @@ mod tests {
         }
         p.finish(1.8e9 + 10.0, &[]).unwrap();
         let bytes = std::fs::read(tmp.path().join("primary.h5")).unwrap();
-        // 14 text attributes (with the dataset identity, the search record, the platform, the
-        // group and primary digests and the run digest) and 300 architectures (two chunks of
-        // 256 rows).
-        assert_eq!(check_file(&bytes), Ok(314));
+        // 15 text attributes (with the dataset identity, the search record, the platform, the
+        // ceilings, the group and primary digests and the run digest) and 300 architectures
+        // (two chunks of 256 rows).
+        assert_eq!(check_file(&bytes), Ok(315));
     }
 
     #[test]

@@ -113,7 +113,7 @@ fn write_efficiency(t: &mut String, s: &Score) {
         (Some(c), Some(e)) => format!(
             "{:.1}% of the measured ceiling, {}OPS ({})",
             100.0 * e,
-            si(crate::ceiling::total(c)).trim_end(),
+            si(crate::ceiling::total(c)),
             crate::ceiling::describe(c)
         ),
         (Some(c), None) => format!(

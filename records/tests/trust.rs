@@ -238,7 +238,7 @@ fn a_missing_field_is_an_error_naming_the_file_and_the_field() {
         data_wait_s: 0.0,
         digest: [0; 32],
     };
-    hand_written_group(tmp.path(), 4, &[row]);
+    hand_written_group(tmp.path(), aiperf_records::schema::SCHEMA_VERSION, &[row]);
     let e = read_run(tmp.path()).unwrap_err().to_string();
     assert!(
         e.contains("group-0.h5")
@@ -520,7 +520,7 @@ fn a_layout_other_than_the_schemas_is_refused_saying_what_differs() {
         data_wait_s: 0.0,
         digest: [0; 32],
     };
-    hand_written_group(tmp.path(), 4, &[row]);
+    hand_written_group(tmp.path(), aiperf_records::schema::SCHEMA_VERSION, &[row]);
     let e = read_run(tmp.path()).unwrap_err().to_string();
     assert!(
         e.contains("group-0.h5")

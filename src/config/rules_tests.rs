@@ -28,6 +28,12 @@ fn deviations(f: RunFlags, dataset: &DatasetIdentity) -> Vec<(String, Severity, 
         ..f
     })
     .expect("a valid configuration");
+    // As `aiperf run` records it: `auto` resolved at start-up (here as a GPU node does).
+    let mut c = c;
+    let t = &mut c.preset.train;
+    if t.precision == crate::train::Precision::Auto {
+        t.precision = crate::train::Precision::Bf16;
+    }
     let config: serde_json::Value = serde_json::from_str(&c.to_json()).unwrap();
     let evidence = rules::evidence(
         &config,

@@ -38,7 +38,21 @@ pub fn meta(groups: u32) -> RunMeta {
     let world = 1 + 2 * groups;
     RunMeta {
         platform: Vec::new(),
-        ceilings: Vec::new(),
+        // Each training rank's ceiling: 10 operations per second.
+        ceilings: (1..world)
+            .map(|rank| aiperf_records::ceiling::Ceiling {
+                rank,
+                host: "node".into(),
+                device: "cpu".into(),
+                precision: "fp32".into(),
+                threads: 1,
+                gemm_n: 2048,
+                gemm_ops_per_s: 10.0,
+                conv: "3×3 convolution".into(),
+                conv_ops_per_s: 5.0,
+                reps: 5,
+            })
+            .collect(),
         program_version: "test".into(),
         config_json: SMALL_CONFIG.into(),
         start_time_s: T0,
