@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static docs-figures test-reframe clean
+.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-run-pairs bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static docs-figures test-reframe clean
 
 all: build
 
@@ -41,6 +41,10 @@ bench-score: setup
 
 bench-train: data
 	scripts/bench-train
+
+# `make run`'s preset before and after (default: fp32 NCHW against the preset's auto), interleaved pairs.
+bench-run-pairs: data
+	scripts/bench-run-pairs
 
 bench-comm: build
 	scripts/bench-comm

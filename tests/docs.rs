@@ -231,7 +231,7 @@ fn the_readmes_picture_is_what_the_current_code_draws() {
     );
     let out = tempfile::tempdir().unwrap();
     let status = Command::new(env!("CARGO_BIN_EXE_aiperf"))
-        .args(["score", "results/run-1796335463", "--report"])
+        .args(["score", "results/run-1796354114", "--report"])
         .arg(out.path())
         .current_dir(root())
         .output()

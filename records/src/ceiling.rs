@@ -70,18 +70,15 @@ pub fn describe(ceilings: &[Ceiling]) -> String {
     let spread = |f: fn(&Ceiling) -> f64| {
         let lo = ceilings.iter().map(f).fold(f64::INFINITY, f64::min);
         let hi = ceilings.iter().map(f).fold(0.0, f64::max);
+        let ops = |v: f64| format!("{}OPS", crate::report::si(v));
         if (hi - lo) <= 0.005 * hi {
-            crate::report::si(hi)
+            ops(hi)
         } else {
-            format!(
-                "{}–{}",
-                crate::report::si(lo).trim_end(),
-                crate::report::si(hi)
-            )
+            format!("{}–{}", ops(lo), ops(hi))
         }
     };
     format!(
-        "{} accelerator(s) × {}OPS/s each: best of {} {} matrix products n={}{}, at start-up on the run's ranks and threads (a {} ran at {}OPS/s)",
+        "{} accelerator(s) × {} each: best of {} {} matrix products n={}{}, at start-up on the run's ranks and threads (a {} ran at {})",
         ceilings.len(),
         spread(|c| c.gemm_ops_per_s),
         c.reps,
@@ -122,7 +119,7 @@ mod tests {
         assert_eq!(parse(&text).unwrap(), v);
         let d = describe(&v);
         assert!(
-            d.starts_with("2 accelerator(s) × 100.000 G–300.000 GOPS/s each: best of 5 bf16"),
+            d.starts_with("2 accelerator(s) × 100.000 GOPS–300.000 GOPS each: best of 5 bf16"),
             "{d}"
         );
         assert!(parse(&text.replace("100000000000.0", "-1.0"))

@@ -484,7 +484,7 @@ const SNAPSHOT: &str = "aiperf score: RUN
   regulated score          18.589 OPS
   per accelerator (  4)    2.888 OPS, regulated 4.647 OPS
   per node (  1)           11.550 OPS, regulated 18.589 OPS
-  efficiency               28.9% of the measured ceiling, 40.000 OPS (4 accelerator(s) × 10.000 OPS/s each: best of 5 fp32 matrix products n=2048, at start-up on the run's ranks and threads (a 3×3 convolution ran at 5.000 OPS/s))
+  efficiency               28.9% of the measured ceiling, 40.000 OPS (4 accelerator(s) × 10.000 OPS each: best of 5 fp32 matrix products n=2048, at start-up on the run's ranks and threads (a 3×3 convolution ran at 5.000 OPS))
   steady state             undefined: group(s) [0, 1] never finished their 3 warm-up trials
   converged                no: OPS 6.016 → 11.550 OPS over the last 360 s (+47.92%, tolerance ±2%)
   duration                 1000.0 s (0.28 h)

@@ -524,7 +524,10 @@ fn a_layout_other_than_the_schemas_is_refused_saying_what_differs() {
     let e = read_run(tmp.path()).unwrap_err().to_string();
     assert!(
         e.contains("group-0.h5")
-            && e.contains("is not laid out as schema 4 says")
+            && e.contains(&format!(
+                "is not laid out as schema {} says",
+                aiperf_records::schema::SCHEMA_VERSION
+            ))
             && e.contains("member epoch at byte 24 as")
             && !e.contains("member train_images"),
         "{e}"

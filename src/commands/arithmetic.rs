@@ -90,7 +90,7 @@ impl Arithmetic {
             .iter()
             .map(|c| {
                 format!(
-                    "{} matrix product {:.1} GOPS/s (n={}), 3×3 convolution {:.1} GOPS/s",
+                    "{} matrix product {:.1} GOPS (n={}), 3×3 convolution {:.1} GOPS",
                     c.precision,
                     c.gemm_ops_per_s / 1e9,
                     c.gemm_n,

@@ -12,70 +12,99 @@ use super::{MemoryFormat, Precision, TrainError};
 use crate::arch::Graph;
 use crate::model::Net;
 
-/// Timed steps per repetition (after one untimed).
-pub const STEPS: usize = 3;
-/// Repetitions of each format, alternating.
-pub const REPS: usize = 2;
+/// Timed steps of each format, alternating one step of each (after [`WARM`] untimed).
+pub const STEPS: usize = 9;
+/// Untimed steps of each format first (oneDNN builds its kernels on the first).
+pub const WARM: usize = 2;
 
-/// Seconds per training step of `graph` at `batch` images in `format` (the best of
-/// [`REPS`] runs of [`STEPS`] steps).
-fn step_seconds(
-    graph: &Graph,
-    batch: i64,
-    (precision, format): (Precision, MemoryFormat),
+/// One format's model, optimiser and random batch, ready to step.
+struct Setup {
+    _vs: nn::VarStore,
+    net: Net,
+    opt: nn::Optimizer,
+    x: Tensor,
+    y: Tensor,
+    precision: Precision,
     device: Device,
-) -> Result<f64, TrainError> {
-    let vs = nn::VarStore::new(device);
-    let net = Net::build(&vs.root(), graph)?;
-    format.apply_to(&vs)?;
-    let mut opt = nn::Sgd {
-        momentum: 0.9,
-        ..Default::default()
-    }
-    .build(&vs, 1e-3)?;
-    let s = graph.input_shape();
-    let (c, h, w) = (i64::from(s.c), i64::from(s.h), i64::from(s.w));
-    let x = format.apply(&Tensor::f_randn([batch, c, h, w], (Kind::Float, device))?)?;
-    let classes = i64::from(graph.num_classes());
-    let y = Tensor::f_randint(classes, [batch], (Kind::Int64, device))?;
-    let mut step = || -> Result<(), TrainError> {
-        opt.zero_grad();
-        let loss = precision
-            .autocast(device, || net.forward_t(&x, true))
-            .f_to_kind(Kind::Float)?
-            .f_cross_entropy_loss::<Tensor>(&y, None, Reduction::Mean, -100, 0.1)?;
-        loss.f_backward()?;
-        opt.step();
-        super::gradients::synchronize(device);
-        Ok(())
-    };
-    step()?;
-    let t = Instant::now();
-    for _ in 0..STEPS {
-        step()?;
-    }
-    Ok(t.elapsed().as_secs_f64() / STEPS as f64)
 }
 
-/// Seconds per step in NCHW and in channels-last, each the best of [`REPS`] alternating
-/// repetitions.
+impl Setup {
+    fn new(
+        graph: &Graph,
+        batch: i64,
+        (precision, format): (Precision, MemoryFormat),
+        device: Device,
+    ) -> Result<Self, TrainError> {
+        let vs = nn::VarStore::new(device);
+        let net = Net::build(&vs.root(), graph)?;
+        format.apply_to(&vs)?;
+        let opt = nn::Sgd {
+            momentum: 0.9,
+            ..Default::default()
+        }
+        .build(&vs, 1e-3)?;
+        let s = graph.input_shape();
+        let (c, h, w) = (i64::from(s.c), i64::from(s.h), i64::from(s.w));
+        let x = format.apply(&Tensor::f_randn([batch, c, h, w], (Kind::Float, device))?)?;
+        let classes = i64::from(graph.num_classes());
+        let y = Tensor::f_randint(classes, [batch], (Kind::Int64, device))?;
+        Ok(Setup {
+            _vs: vs,
+            net,
+            opt,
+            x,
+            y,
+            precision,
+            device,
+        })
+    }
+
+    /// Seconds of one training step.
+    fn step(&mut self) -> Result<f64, TrainError> {
+        let t = Instant::now();
+        self.opt.zero_grad();
+        let loss = self
+            .precision
+            .autocast(self.device, || self.net.forward_t(&self.x, true))
+            .f_to_kind(Kind::Float)?
+            .f_cross_entropy_loss::<Tensor>(&self.y, None, Reduction::Mean, -100, 0.1)?;
+        loss.f_backward()?;
+        self.opt.step();
+        super::gradients::synchronize(self.device);
+        Ok(t.elapsed().as_secs_f64())
+    }
+}
+
+/// The median of `v` (not empty).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Seconds per step of `graph` at `batch` images in NCHW and in channels-last: the medians
+/// of [`STEPS`] steps of each, taken one of each in turn so that a neighbour's load or the
+/// machine's drift falls on both alike.
 pub fn formats(
     graph: &Graph,
     batch: u32,
     precision: Precision,
     device: Device,
 ) -> Result<[f64; 2], TrainError> {
-    let mut best = [f64::INFINITY; 2];
-    for _ in 0..REPS {
-        for (i, f) in [MemoryFormat::Nchw, MemoryFormat::ChannelsLast]
-            .into_iter()
-            .enumerate()
-        {
-            let s = step_seconds(graph, i64::from(batch), (precision, f), device)?;
-            best[i] = best[i].min(s);
+    let setup = |f| Setup::new(graph, i64::from(batch), (precision, f), device);
+    let mut ready = [
+        setup(MemoryFormat::Nchw)?,
+        setup(MemoryFormat::ChannelsLast)?,
+    ];
+    let mut times = [Vec::with_capacity(STEPS), Vec::with_capacity(STEPS)];
+    for i in 0..WARM + STEPS {
+        for (s, t) in ready.iter_mut().zip(times.iter_mut()) {
+            let secs = s.step()?;
+            if i >= WARM {
+                t.push(secs);
+            }
         }
     }
-    Ok(best)
+    Ok(times.map(median))
 }
 
 /// The faster format given the summed seconds per step of each (NCHW on a tie).
