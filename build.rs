@@ -9,9 +9,9 @@
 
 use std::path::Path;
 
-/// Compiles `src/train/mpi_in_place.c` against the MPI headers.
+/// Compiles `src/exchange/mpi_in_place.c` against the MPI headers.
 fn mpi_shim() {
-    println!("cargo:rerun-if-changed=src/train/mpi_in_place.c");
+    println!("cargo:rerun-if-changed=src/exchange/mpi_in_place.c");
     println!("cargo:rerun-if-env-changed=MPICC");
     let mpi = build_probe_mpi::probe().unwrap_or_else(|errors| {
         panic!(
@@ -24,17 +24,17 @@ fn mpi_shim() {
         build.include(dir);
     }
     build
-        .file("src/train/mpi_in_place.c")
+        .file("src/exchange/mpi_in_place.c")
         .compile("aiperf_mpi_shim");
 }
 
-/// Compiles `src/train/grad_hooks.cpp` (autograd hooks), `src/train/kernels.cpp` (CPU
+/// Compiles `src/exchange/grad_hooks.cpp` (autograd hooks), `src/train/kernels.cpp` (CPU
 /// autocast, channels-last) and `src/torch_info.cpp` (what libtorch says about its kernels
 /// and build) against the libtorch headers beside
 /// the library torch-sys links (`lib/../include`, as in libtorch and the PyTorch wheel), with
 /// the C++ ABI torch-sys uses (`LIBTORCH_CXX11_ABI`, default 1).
 fn hooks_shim(lib: &str) {
-    println!("cargo:rerun-if-changed=src/train/grad_hooks.cpp");
+    println!("cargo:rerun-if-changed=src/exchange/grad_hooks.cpp");
     println!("cargo:rerun-if-changed=src/torch_info.cpp");
     println!("cargo:rerun-if-changed=src/train/kernels.cpp");
     println!("cargo:rerun-if-env-changed=LIBTORCH_CXX11_ABI");
@@ -48,7 +48,7 @@ fn hooks_shim(lib: &str) {
         .include(include.join("torch/csrc/api/include"))
         .flag("-std=c++17")
         .flag(format!("-D_GLIBCXX_USE_CXX11_ABI={abi}"))
-        .file("src/train/grad_hooks.cpp")
+        .file("src/exchange/grad_hooks.cpp")
         .file("src/torch_info.cpp")
         .file("src/train/kernels.cpp")
         .compile("aiperf_grad_hooks");

@@ -122,7 +122,7 @@ fn consume(loader: &Loader, args: &Args, rate: f64) -> anyhow::Result<()> {
 
 fn main() -> anyhow::Result<()> {
     // As the aiperf binary does.
-    aiperf::platform::keep_freed_memory();
+    aiperf::host::keep_freed_memory();
     let args = Args::parse();
     if let Some(dir) = &args.make_synthetic {
         return make_synthetic(dir, args.n, &args.shape);

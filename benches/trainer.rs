@@ -136,7 +136,7 @@ fn bare_loop(
 
 fn main() -> anyhow::Result<()> {
     // As the aiperf binary does.
-    aiperf::platform::keep_freed_memory();
+    aiperf::host::keep_freed_memory();
     let args = Args::parse();
     let Some(graph) = arch::by_name(&args.arch, args.input, args.classes) else {
         anyhow::bail!("unknown --arch {}", args.arch);
@@ -185,7 +185,8 @@ fn main() -> anyhow::Result<()> {
         prefetch: 2,
         precision: args.precision,
         memory_format: args.memory_format,
-        exchange: aiperf::train::exchange::ExchangeConfig::default(),
+        // MPI initialised without threads: the exchange after backward.
+        exchange: aiperf::exchange::ExchangeConfig::default().within(mpi::Threading::Single),
         trace_steps: 0,
         augment_on: aiperf::train::AugmentOn::Auto,
     };
@@ -202,10 +203,7 @@ fn main() -> anyhow::Result<()> {
     let n = images.min(train.len());
     let (xs, ys) = in_memory(&train, n);
     let (xs, ys) = (xs.to(device), ys.to(device));
-    let (label, precision) = (
-        aiperf::platform::device_label(device),
-        args.precision.name(),
-    );
+    let (label, precision) = (aiperf::host::device_label(device), args.precision.name());
     let report = |what: &str, rep: usize, secs: f64| {
         println!(
             "{{\"impl\":\"{what}\",\"round\":{},\"arch\":\"{}\",\"device\":\"{label}\",\"precision\":\"{precision}\",\"memory_format\":\"{}\",\"batch\":{},\"threads\":{},\"rep\":{rep},\"images\":{images},\"seconds\":{secs:.6},\"images_per_s\":{:.1}}}",
@@ -223,7 +221,7 @@ fn main() -> anyhow::Result<()> {
         let t = Instant::now();
         let stats = trainer.epoch(1 + rep as u32, &|| false)?;
         let secs = t.elapsed().as_secs_f64();
-        anyhow::ensure!(stats.train_images as usize == images, "short epoch");
+        anyhow::ensure!(stats.figures.train_images as usize == images, "short epoch");
         // Where the epoch's time went, as the trainer measured it (stderr: the script reads
         // stdout).
         eprintln!(

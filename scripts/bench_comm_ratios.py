@@ -22,7 +22,7 @@ import os
 import statistics
 import sys
 
-SHOWN = ("exchange", "hierarchical", "exchange-copy", "exchange-pipelined", "reduce+bcast")
+SHOWN = ("exchange", "hierarchical", "exchange-copy")
 RAW = ("allreduce", "allreduce-in-place")
 
 
@@ -72,7 +72,7 @@ def sizes_command(files):
     table = {b: ratios(m) for b, m in sorted(by_size(files).items())}
     print(f"{len(files)} round(s); ratios to the best raw call: of medians | paired")
     print(f"{'bytes':>10} {'best raw GB/s':>14} {'which raw':>9} {'exchange':>17} {'hier.':>15} "
-          f"{'copy':>15} {'pipelined':>15} {'reduce+bcast':>15} {'control':>15}")
+          f"{'copy':>15} {'control':>15}")
     for b, r in table.items():
         which = "in place" if r["best"] == "allreduce-in-place" else "out"
         cells = [f"{fmt(r['of_medians'].get(k))} | {fmt(r['paired'].get(k))}"

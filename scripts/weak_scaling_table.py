@@ -212,11 +212,7 @@ def points(reps, bw, group, comm_bench_dir, bucket_bytes):
                 # The call the run's last bucket made: the flat exchange's in-place
                 # all-reduce, or the node-aware exchange where `auto` took it (RUN.exchange,
                 # written by scripts/weak-scaling); none when the run's exchange is unknown.
-                # The pipelined exchange's non-blocking call is set against the blocking
-                # one of the same bytes, the best raw call.
-                made = exchange_of(s["run"])
-                method = {"allreduce-pipelined": "allreduce"}.get(made, made)
-                raw = raw_time(world.get(method, []), buckets[-1])
+                raw = raw_time(world.get(exchange_of(s["run"]), []), buckets[-1])
                 if bw:
                     # What any all-reduce over N nodes must pay on their links: 2(N-1)/N of
                     # the bytes through each node's link (a flat ring over every rank moves a

@@ -93,7 +93,7 @@ pub fn measure(
     Ok(Ceiling {
         rank,
         host: host.into(),
-        device: crate::platform::device_label(device),
+        device: crate::host::device_label(device),
         precision: precision.name().into(),
         threads: u32::try_from(tch::get_num_threads()).unwrap_or(0),
         gemm_n: n as u32,

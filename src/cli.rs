@@ -68,21 +68,10 @@ pub struct DpCheckArgs {
     /// Batch norm on running statistics: the update must then equal one process's.
     #[arg(long)]
     pub frozen_bn: bool,
-    /// The gradient exchange checked (docs/scaling.md, "Data-parallel exchange and dp-check"):
-    /// auto (hierarchical where it measures faster, else allreduce; the report says which
-    /// and what was measured), allreduce, allreduce-pipelined, reduce-bcast or hierarchical.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub exchange: crate::train::exchange::ExchangeMethod,
-    /// Bytes per exchange bucket (small values check the pipelined path).
-    #[arg(long, default_value_t = crate::train::exchange::DEFAULT_BUCKET_BYTES)]
-    pub bucket_bytes: u64,
-    /// Where the exchange's buffer is (device: one flat tensor handed to MPI in place; host:
-    /// gradients copied through a host buffer, as on CUDA without a CUDA-aware MPI).
-    #[arg(long, value_enum, default_value = "auto")]
-    pub exchange_staging: crate::train::staging::Staging,
-    /// Exchange after backward instead of overlapped with it.
-    #[arg(long)]
-    pub no_overlap: bool,
+    /// The exchange checked, as `aiperf run` takes it (small buckets check many reductions
+    /// per step; the report says which exchange ran and what `auto` measured).
+    #[command(flatten)]
+    pub exchange: crate::exchange::ExchangeArgs,
     /// The device each rank trains on: cuda takes CUDA device (node-local rank mod the
     /// node's devices), so ranks may share one; auto takes CUDA when libtorch sees one.
     #[arg(long, value_enum, default_value = "auto")]
@@ -99,8 +88,8 @@ pub struct CommBenchArgs {
     #[arg(long, default_value_t = 64 << 20)]
     pub max_bytes: u64,
     /// Timed operations per size and method (the time reported is their median); a
-    /// multiple of 8 gives every method every place in the turn order equally often.
-    #[arg(long, default_value_t = 16)]
+    /// multiple of 6 gives every method every place in the turn order equally often.
+    #[arg(long, default_value_t = 18)]
     pub iters: usize,
     /// Untimed operations per size first.
     #[arg(long, default_value_t = 3)]
@@ -111,9 +100,10 @@ pub struct CommBenchArgs {
     /// One JSON object per row instead of tables.
     #[arg(long)]
     pub json: bool,
-    /// Bytes per bucket of the `exchange` method (the training's `--bucket-bytes`).
-    #[arg(long, default_value_t = crate::train::exchange::DEFAULT_BUCKET_BYTES)]
-    pub bucket_bytes: u64,
+    /// The exchange's flags, as `aiperf run` takes them: comm-bench times both methods
+    /// after backward from host memory, so only `--bucket-bytes` applies.
+    #[command(flatten)]
+    pub exchange: crate::exchange::ExchangeArgs,
 }
 
 /// `aiperf search-sim`'s flags.
@@ -206,14 +196,9 @@ fn range<T: PartialOrd + std::fmt::Display>(flag: &str, v: T, lo: T, hi: T) -> a
 pub const MAX_COMM_BYTES: u64 = 1 << 30;
 
 impl CommBenchArgs {
-    /// The exchange the `exchange` method times.
-    pub fn exchange_config(&self) -> crate::train::exchange::ExchangeConfig {
-        use crate::train::exchange::{ExchangeConfig, DEFAULT_FIRST_BUCKET_BYTES};
-        ExchangeConfig {
-            bucket_bytes: self.bucket_bytes,
-            first_bucket_bytes: self.bucket_bytes.min(DEFAULT_FIRST_BUCKET_BYTES),
-            ..ExchangeConfig::default()
-        }
+    /// The exchange the `exchange` and `hierarchical` methods time (after [`Self::validate`]).
+    pub fn exchange_config(&self) -> crate::exchange::ExchangeConfig {
+        self.exchange.config().unwrap_or_default()
     }
 
     /// Checks every flag's range.
@@ -228,13 +213,13 @@ impl CommBenchArgs {
             );
         }
         range("--iters", self.iters, 1, 1_000_000)?;
+        if let Some(flag) = self.exchange.beyond_buckets() {
+            anyhow::bail!(
+                "{flag} does not apply to comm-bench, which times the flat and the node-aware exchange after backward from host memory; give --bucket-bytes alone"
+            );
+        }
+        self.exchange.config()?;
         range("--warmup", self.warmup, 0, 1_000_000)?;
-        range(
-            "--bucket-bytes",
-            self.bucket_bytes,
-            crate::config::BUCKET_BYTES.0,
-            crate::config::BUCKET_BYTES.1,
-        )?;
         if let Some(g) = self.group_size {
             range("--group-size", g, 1, 1 << 20)?;
         }
@@ -267,12 +252,8 @@ impl DpCheckArgs {
     /// Checks every flag's range.
     pub fn validate(&self) -> anyhow::Result<()> {
         range("--steps", self.steps, 1, 100_000)?;
-        range(
-            "--bucket-bytes",
-            self.bucket_bytes,
-            crate::config::BUCKET_BYTES.0,
-            crate::config::BUCKET_BYTES.1,
-        )
+        self.exchange.config()?;
+        Ok(())
     }
 }
 
@@ -284,4 +265,27 @@ impl OpsArgs {
         }
         Ok(())
     }
+}
+
+/// `aiperf --version`, line by line: version, commit, libtorch (version, the folder loaded,
+/// CUDA), MPI, HDF5, and this machine's platform fingerprint as a run records it
+/// (docs/design.md §6; with libtorch's default thread count), as one line of JSON.
+pub fn long_version() -> String {
+    use crate::version::{hdf5, mpi_library, COMMIT, LIBTORCH_VERSION, VERSION};
+    let libtorch_dir =
+        crate::host::loaded_libtorch().unwrap_or_else(|| crate::platform::LIBTORCH_LIB.into());
+    let cuda = if tch::Cuda::is_available() {
+        format!("CUDA, {} device(s)", tch::Cuda::device_count())
+    } else {
+        "no CUDA device".into()
+    };
+    let threads = usize::try_from(tch::get_num_threads()).unwrap_or(1);
+    let fingerprint = crate::fingerprint::this_rank(threads);
+    format!(
+        "{VERSION}\ncommit {COMMIT}\nlibtorch {LIBTORCH_VERSION} ({libtorch_dir}; {cuda})\nMPI {}\nHDF5 {}\nplatform {}\nfingerprint {}",
+        mpi_library(),
+        hdf5(),
+        fingerprint.summary(),
+        serde_json::to_string(&fingerprint).expect("plain data")
+    )
 }

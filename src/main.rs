@@ -28,7 +28,7 @@ fn alike(r: anyhow::Result<()>) -> anyhow::Result<()> {
 }
 
 fn main() -> ExitCode {
-    aiperf::platform::keep_freed_memory();
+    aiperf::host::keep_freed_memory();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     // Under a launcher every rank parses the same command line: rank 0 alone prints what
     // clap has to say (an error, or --help) and exits with clap's status; the others leave
@@ -37,7 +37,7 @@ fn main() -> ExitCode {
     // the first argument, the top-level command having no other flags).
     let mut command = Cli::command().version(aiperf_records::version::short());
     if std::env::args_os().nth(1).is_some_and(|a| a == "--version") {
-        command = command.long_version(aiperf::version::long());
+        command = command.long_version(aiperf::cli::long_version());
     }
     let cli = match command
         .try_get_matches()

@@ -47,7 +47,7 @@ const NVML: &str = "libnvidia-ml.so.1";
 /// then the folders drivers are usually installed in.
 fn nvml_candidates() -> Vec<std::path::PathBuf> {
     let mut c = vec![std::path::PathBuf::from(NVML)];
-    let cuda = crate::platform::mapped_file(|p| p.contains("/libcuda.so"));
+    let cuda = crate::host::mapped_file(|p| p.contains("/libcuda.so"));
     if let Some(dir) = cuda.as_deref().and_then(std::path::Path::parent) {
         c.push(dir.join(NVML));
     }

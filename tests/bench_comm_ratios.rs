@@ -5,10 +5,7 @@
 mod common;
 
 /// What comm-bench times, as its records name the methods.
-const METHODS: &str = concat!(
-    "allreduce allreduce-in-place exchange exchange-copy exchange-pipelined ",
-    "hierarchical reduce+bcast control"
-);
+const METHODS: &str = "allreduce allreduce-in-place exchange exchange-copy hierarchical control";
 
 /// One comm-bench row of 2 ranks whose operations took `times` seconds, as comm-bench
 /// writes it (the bandwidths from the median time); `with_times` false writes a record

@@ -83,9 +83,9 @@ fn ranks_stay_bit_identical_and_match_one_process() {
 
 #[test]
 fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
-    // Buckets of 4 KiB reduced one by one and pipelined (non-blocking), one bucket, the
-    // reduce + broadcast fallback and the node-aware exchange, from host and from device
-    // staging: identical ranks, the same bytes, and the same training up to summation order.
+    // Buckets of 4 KiB reduced one by one, one bucket, and the node-aware exchange, from host
+    // and from device staging: identical ranks, the same bytes, and the same training up to
+    // summation order.
     for np in [2, 3] {
         let runs: Vec<serde_json::Value> = [
             &[
@@ -95,17 +95,9 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
                 "--exchange",
                 "allreduce",
             ][..],
-            &[
-                "--frozen-bn",
-                "--bucket-bytes",
-                "4096",
-                "--exchange",
-                "allreduce-pipelined",
-            ][..],
             &["--frozen-bn"][..],
-            &["--frozen-bn", "--exchange", "reduce-bcast"][..],
             // The buffer as one flat tensor handed to MPI in place (the CUDA-aware path,
-            // on CPU memory): buckets, and the fallback.
+            // on CPU memory): several buckets, and one.
             &[
                 "--frozen-bn",
                 "--bucket-bytes",
@@ -113,13 +105,7 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
                 "--exchange-staging",
                 "device",
             ][..],
-            &[
-                "--frozen-bn",
-                "--exchange",
-                "reduce-bcast",
-                "--exchange-staging",
-                "device",
-            ][..],
+            &["--frozen-bn", "--exchange-staging", "device"][..],
             // The node-aware exchange (one node here: reduce onto the node's first rank and
             // broadcast; tests/virtual_cluster/ runs it across nodes), from both stagings.
             &[
@@ -144,7 +130,7 @@ fn every_exchange_keeps_ranks_bit_identical_and_agrees_with_the_others() {
             assert_eq!(r["identical"], true, "np={np}: {r}");
             assert_eq!(r["bytes_per_step"], runs[0]["bytes_per_step"]);
             let (a, b) = (
-                runs[3]["param_sum"].as_f64().unwrap(),
+                runs[0]["param_sum"].as_f64().unwrap(),
                 r["param_sum"].as_f64().unwrap(),
             );
             assert!((a - b).abs() <= 1e-6 * a.abs().max(1.0), "{a} vs {b}");
@@ -160,13 +146,12 @@ fn the_overlapped_exchange_sums_what_the_exchange_after_backward_sums() {
     // first exchange, which follows backward; the copying path overlaps from the first
     // step. Every path sums the same buckets (backward order) with the same in-place calls:
     // the training is bit-identical, overlapped or not, copied or not, with 3 ranks too
-    // (where another summation order would show). Both ways of progressing an overlapped
-    // exchange: a communication thread making blocking calls (`allreduce`), and test calls
-    // between the gradient reports on the thread running backward (`allreduce-pipelined`,
-    // several buckets of non-blocking calls here), each against itself after backward.
+    // (where another summation order would show). Both reducers on the communication
+    // thread: the flat one and the node-aware one (one node here: onto its first rank and
+    // back), each against itself after backward.
     for (np, method) in [2, 3]
         .into_iter()
-        .flat_map(|np| [(np, "allreduce"), (np, "allreduce-pipelined")])
+        .flat_map(|np| [(np, "allreduce"), (np, "hierarchical")])
     {
         let common = [
             "--frozen-bn",
@@ -193,10 +178,6 @@ fn the_overlapped_exchange_sums_what_the_exchange_after_backward_sums() {
             if overlapped == 0 {
                 // After backward, no reduction can start before backward has returned.
                 assert_eq!(r["during_backward"], 0, "{at}");
-            } else if method == "allreduce-pipelined" {
-                // Started inside the gradient reports themselves: every overlapped step
-                // has reductions that began before backward returned.
-                assert_eq!(r["during_backward"], overlapped, "{at}");
             }
             assert_eq!(r["bytes_per_step"], views["bytes_per_step"], "{at}");
             assert_eq!(r["param_sum"], views["param_sum"], "{at}");
@@ -341,7 +322,7 @@ fn buckets_that_wait_at_a_barrier_complete_on_every_rank() {
         .expect(&text);
     assert_eq!(exchange["ranks"], 3, "{exchange}");
     assert!(exchange["seconds"].as_f64().unwrap() > 0.0, "{exchange}");
-    assert_eq!(rows.len(), 8, "one row per method: {text}");
+    assert_eq!(rows.len(), 6, "one row per method: {text}");
     for r in &rows {
         assert_eq!(r["bytes"], 4194304, "{r}");
         // The time is the median of the operations and the bandwidth follows from it.

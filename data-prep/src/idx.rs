@@ -317,18 +317,6 @@ impl IdxSplit {
     }
 }
 
-/// Converts one split given its image and label files; returns the written header.
-pub fn convert_idx_split(
-    images_path: &Path,
-    labels_path: &Path,
-    out: &Path,
-    split: &str,
-    dataset: IdxDataset,
-) -> Result<Header> {
-    let data = load_idx_split(images_path, labels_path, dataset)?;
-    stage_idx_split(&data, images_path, labels_path, out, split, dataset)?.commit()
-}
-
 /// Reads and pairs one split's image and label files.
 fn load_idx_split(images_path: &Path, labels_path: &Path, dataset: IdxDataset) -> Result<IdxSplit> {
     IdxSplit::new(

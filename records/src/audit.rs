@@ -250,22 +250,12 @@ pub fn sample(trials: &[TrialRow], n: usize, seed: u64) -> Vec<usize> {
 /// What the re-training gave for one epoch (its ops recomputed by the caller).
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Retrained {
-    /// Training images.
-    pub train_images: u64,
-    /// Optimizer steps.
-    pub steps: u64,
-    /// Validation images.
-    pub val_images: u64,
+    /// What the epoch learned.
+    pub figures: crate::schema::EpochFigures,
     /// Training operations from the recorded architecture, these images and steps.
     pub train_ops: u64,
     /// Validation operations likewise.
     pub val_ops: u64,
-    /// Mean training loss.
-    pub train_loss: f64,
-    /// Validation loss.
-    pub val_loss: f64,
-    /// Validation accuracy.
-    pub val_accuracy: f64,
     /// The epoch's duration, seconds.
     pub seconds: f64,
 }
@@ -273,18 +263,19 @@ pub struct Retrained {
 /// The row setting recorded epoch `r` (of `group`, its duration `recorded_s`) beside its
 /// re-training `a` with the recorded seed.
 pub fn row(group: u32, r: &EpochRow, a: &Retrained, recorded_s: f64) -> AuditRow {
+    let f = &a.figures;
     AuditRow {
         group,
         model_id: r.model_id,
         epoch: r.epoch,
-        train_images: [r.train_images, a.train_images],
-        steps: [r.steps, a.steps],
-        val_images: [r.val_images, a.val_images],
+        train_images: [r.train_images, f.train_images],
+        steps: [r.steps, f.steps],
+        val_images: [r.val_images, f.val_images],
         train_ops: [r.train_ops, a.train_ops],
         val_ops: [r.val_ops, a.val_ops],
-        train_loss: [r.train_loss, a.train_loss],
-        val_loss: [r.val_loss, a.val_loss],
-        val_accuracy: [r.val_accuracy, a.val_accuracy],
+        train_loss: [r.train_loss, f.train_loss],
+        val_loss: [r.val_loss, f.val_loss],
+        val_accuracy: [r.val_accuracy, f.val_accuracy],
         seconds: [recorded_s, a.seconds],
         digest: [0; 32],
     }
@@ -298,9 +289,9 @@ pub fn seed_row(group: u32, r: &EpochRow, index: u32, seed: u64, a: &Retrained) 
         epoch: r.epoch,
         index,
         seed,
-        train_loss: a.train_loss,
-        val_loss: a.val_loss,
-        val_accuracy: a.val_accuracy,
+        train_loss: a.figures.train_loss,
+        val_loss: a.figures.val_loss,
+        val_accuracy: a.figures.val_accuracy,
         seconds: a.seconds,
         digest: [0; 32],
     }

@@ -70,7 +70,7 @@ pub fn describe(ceilings: &[Ceiling]) -> String {
     let spread = |f: fn(&Ceiling) -> f64| {
         let lo = ceilings.iter().map(f).fold(f64::INFINITY, f64::min);
         let hi = ceilings.iter().map(f).fold(0.0, f64::max);
-        let ops = |v: f64| format!("{}OPS", crate::report::si(v));
+        let ops = |v: f64| format!("{}OPS", crate::units::si(v));
         if (hi - lo) <= 0.005 * hi {
             ops(hi)
         } else {

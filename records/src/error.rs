@@ -65,7 +65,7 @@ pub enum RecordError {
         /// The run folder.
         run: PathBuf,
         /// What is wrong, and the steps that work.
-        problem: crate::score::GridError,
+        problem: crate::grid::GridError,
     },
     /// Nothing to score.
     #[error("{0}: no completed epoch in any group: there is nothing to score")]

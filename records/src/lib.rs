@@ -10,6 +10,7 @@ pub mod cli;
 pub mod consistency;
 pub mod digest;
 pub mod error;
+pub mod grid;
 mod h5guard;
 mod h5msg;
 pub mod integrity;
@@ -26,6 +27,7 @@ pub mod score;
 mod source;
 pub mod stability;
 pub mod trace;
+pub mod units;
 pub mod version;
 pub mod writer;
 

@@ -4,23 +4,7 @@ use std::fmt::Write;
 
 use crate::score::{Score, Status};
 
-/// Engineering notation with SI prefixes: `1.234 P`.
-pub fn si(v: f64) -> String {
-    const PREFIXES: [(f64, &str); 6] = [
-        (1e18, "E"),
-        (1e15, "P"),
-        (1e12, "T"),
-        (1e9, "G"),
-        (1e6, "M"),
-        (1e3, "k"),
-    ];
-    PREFIXES
-        .iter()
-        .find(|(scale, _)| v.abs() >= *scale)
-        .map_or(format!("{v:.3} "), |(scale, p)| {
-            format!("{:.3} {p}", v / scale)
-        })
-}
+pub use crate::units::si;
 
 /// A bandwidth, or `-` when there is none (nothing exchanged, or no time measured).
 pub fn rate(bytes_per_s: Option<f64>) -> String {

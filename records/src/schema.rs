@@ -59,6 +59,39 @@ pub struct EpochRow {
     pub digest: [u8; 32],
 }
 
+/// What one epoch of a trial learned, the same on every rank of its group: the figures the
+/// trainer reports, the audit's re-training repeats, and a recorded row holds beside its
+/// operations, time split and digest ([`EpochRow`], whose layout is the schema's).
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct EpochFigures {
+    /// Training images of the epoch over the group (optimizer steps × global batch).
+    pub train_images: u64,
+    /// Optimizer steps.
+    pub steps: u64,
+    /// Validation images over the group.
+    pub val_images: u64,
+    /// Mean training loss (with label smoothing) over the epoch's global batches.
+    pub train_loss: f64,
+    /// Mean validation cross-entropy.
+    pub val_loss: f64,
+    /// Validation top-1 accuracy in [0, 1].
+    pub val_accuracy: f64,
+}
+
+impl EpochRow {
+    /// The row's learning figures.
+    pub fn figures(&self) -> EpochFigures {
+        EpochFigures {
+            train_images: self.train_images,
+            steps: self.steps,
+            val_images: self.val_images,
+            train_loss: self.train_loss,
+            val_loss: self.val_loss,
+            val_accuracy: self.val_accuracy,
+        }
+    }
+}
+
 /// One monitoring sample (`group-<g>.h5`, dataset `monitor`). NaN where not measured.
 #[derive(H5Type, Clone, Copy, Debug, PartialEq)]
 #[repr(C)]

@@ -573,14 +573,12 @@ fn the_exit_status_tells_valid_unofficial_invalid_altered_audit_failed_and_error
     let run = read_run(audited.path()).unwrap();
     let r = run.groups[0].epochs[0];
     let retrained = aiperf_records::audit::Retrained {
-        train_images: r.train_images,
-        steps: r.steps,
-        val_images: r.val_images,
+        figures: aiperf_records::schema::EpochFigures {
+            val_accuracy: r.val_accuracy - 0.2,
+            ..r.figures()
+        },
         train_ops: r.train_ops,
         val_ops: r.val_ops,
-        train_loss: r.train_loss,
-        val_loss: r.val_loss,
-        val_accuracy: r.val_accuracy - 0.2,
         seconds: 1.0,
     };
     let audit = aiperf_records::audit::Audit {

@@ -61,7 +61,7 @@ pub fn place(
         (_, None, _) => "primary".to_string(),
         (TrainerKind::Simulated, _, _) => format!("simulated {sim_ops:.3e} OPS"),
         (TrainerKind::Emulated, _, _) => format!("emulated {sim_ops:.3e} OPS"),
-        (TrainerKind::Real, _, d @ tch::Device::Cuda(_)) => crate::platform::device_label(d),
+        (TrainerKind::Real, _, d @ tch::Device::Cuda(_)) => crate::host::device_label(d),
         (TrainerKind::Real, _, _) => format!("cpu ({threads} threads)"),
     };
     Ok(Placement {

@@ -185,7 +185,7 @@ fn creatable(dir: &Path) -> anyhow::Result<()> {
     if !ancestor.is_dir() {
         return Err(refuse("is not a folder"));
     }
-    if !crate::platform::writable(ancestor) {
+    if !crate::host::writable(ancestor) {
         return Err(refuse("is not writable"));
     }
     Ok(())

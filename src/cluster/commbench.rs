@@ -1,11 +1,10 @@
 //! `aiperf comm-bench`: the interconnect profile. Sweeps message sizes and times, over a
 //! communicator, the raw `MPI_Allreduce` out of place (`allreduce`) and in place
 //! (`allreduce-in-place`: as a rule the best raw call, the exchange's limit), the
-//! training's exchange code paths — buckets reduced where the gradients lie (`exchange`;
-//! `hierarchical`, the node-aware one), and copied in from the tensors' memory first
-//! (`exchange-copy`; `exchange-pipelined` with non-blocking reductions) — and the reduce +
-//! broadcast fallback (`reduce+bcast`) — and the in-place call a second time (`control`: the bench's own
-//! resolution, an A/A comparison), reporting per size the time (the median over the
+//! training's exchange through its one way in ([`crate::exchange::Exchange`]) — buckets
+//! reduced where the gradients lie (`exchange`; `hierarchical`, the node-aware one), and
+//! copied in from the tensors' memory first (`exchange-copy`) — and the in-place call a
+//! second time (`control`: the bench's own resolution, an A/A comparison), reporting per size the time (the median over the
 //! operations of the slowest rank's, beside the mean), algorithm bandwidth (bytes / time)
 //! and bus bandwidth (algorithm bandwidth × 2(n−1)/n, the all-reduce's per-link traffic, as
 //! nccl-tests define it), so interconnects and the training exchange can be compared. Each
@@ -20,17 +19,15 @@ use std::time::Instant;
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use serde::Serialize;
 
-use crate::train::exchange::{exchange_flat, exchange_resident, ExchangeConfig, ExchangeMethod};
-use crate::train::inplace::RawComm;
+use crate::exchange::{Exchange, ExchangeConfig, ExchangeMethod, Progress, RawComm};
 
 /// One size of the sweep for one method, the same on every rank.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct CommRow {
     /// What was timed: `allreduce` (a raw MPI_Allreduce, out of place), `allreduce-in-place`
     /// (the raw call in place on the same buffer: as a rule the best), `exchange` (the
-    /// training's default exchange, in place where the gradients lie), `exchange-copy` and
-    /// `exchange-pipelined` (the copying path, blocking and non-blocking), `hierarchical`
-    /// (`--exchange hierarchical`), `reduce+bcast` (the fallback) or `control` (the in-place
+    /// training's flat exchange, in place where the gradients lie), `exchange-copy` (the
+    /// copying path), `hierarchical` (`--exchange hierarchical`) or `control` (the in-place
     /// call again, in its own turn: how far two timings of one call differ here).
     pub method: &'static str,
     /// Ranks in the communicator.
@@ -75,50 +72,46 @@ fn pieces(elems: usize) -> Vec<usize> {
     out
 }
 
+/// The exchanges comm-bench times: flat and node-aware, built once for the sweep.
+struct Exchanges<'c> {
+    flat: Exchange<'c>,
+    node_aware: Exchange<'c>,
+}
+
 /// One operation of `method`: the raw all-reduce from `send` into `recv`, or in place on
 /// `recv`; the training's exchange in place on `recv` where the gradients lie (`exchange`,
-/// `hierarchical`, `reduce+bcast`: gradients are views of the buckets); or the copying path
-/// (`exchange-copy`, `exchange-pipelined`: `src`, in pieces of `sizes`, copied in bucket by
-/// bucket, as for CUDA gradients staged through host memory).
+/// `hierarchical`: gradients are views of the buckets); or the copying path
+/// (`exchange-copy`: `src`, in pieces of `sizes`, copied in bucket by bucket, as for CUDA
+/// gradients staged through host memory).
 fn operate<C: RawComm>(
     comm: &C,
     method: &str,
-    cfg: &ExchangeConfig,
+    ex: &Exchanges<'_>,
     (src, sizes): (&[f32], &[usize]),
     send: &mut [f32],
     recv: &mut [f32],
 ) {
-    let with = |m: ExchangeMethod| ExchangeConfig { method: m, ..*cfg };
-    let resident = |m: ExchangeMethod, recv: &mut [f32]| {
-        // SAFETY: `recv` is host memory of Σ `sizes` f32s, borrowed for the whole call.
-        unsafe { exchange_resident(comm, &with(m), sizes, recv.as_mut_ptr()) };
+    let resident = |ex: &Exchange<'_>, recv: &mut [f32]| {
+        ex.sum_host(sizes, recv, &mut |_, _| {}, Progress::After);
     };
     match method {
         "allreduce" => comm.all_reduce_into(&send[..], recv, SystemOperation::sum()),
-        "allreduce-in-place" | "control" => crate::train::inplace::allreduce(comm, recv),
-        "exchange" => resident(ExchangeMethod::Allreduce, recv),
-        "hierarchical" => resident(ExchangeMethod::Hierarchical, recv),
-        "reduce+bcast" => resident(ExchangeMethod::ReduceBcast, recv),
+        "allreduce-in-place" | "control" => crate::exchange::allreduce(comm, recv),
+        "exchange" => resident(&ex.flat, recv),
+        "hierarchical" => resident(&ex.node_aware, recv),
         _ => {
-            let m = if method == "exchange-pipelined" {
-                ExchangeMethod::AllreducePipelined
-            } else {
-                ExchangeMethod::Allreduce
-            };
-            exchange_flat(comm, &with(m), sizes, src, recv).expect("a copy cannot fail");
+            ex.flat.sum_copied(sizes, src, recv);
         }
     }
 }
 
 /// What comm-bench times (each iteration in the order [`turns`] gives).
-const METHODS: [&str; 8] = [
+const METHODS: [&str; 6] = [
     "allreduce",
     "allreduce-in-place",
     "exchange",
     "exchange-copy",
-    "exchange-pipelined",
     "hierarchical",
-    "reduce+bcast",
     "control",
 ];
 
@@ -160,12 +153,17 @@ pub fn sweep<C: RawComm>(
 ) -> Vec<CommRow> {
     let n = comm.size() as usize;
     let iters = iters.max(1);
-    // The node-aware exchange's communicators, built once for the sweep.
-    let hier = ExchangeConfig {
-        method: ExchangeMethod::Hierarchical,
+    // Both exchanges built once for the sweep (the node-aware one splits `comm` by node),
+    // after backward: comm-bench has no backward to overlap with.
+    let with = |method| ExchangeConfig {
+        method,
+        overlap: false,
         ..*cfg
     };
-    let _topology = crate::train::hierarchy::register(comm, &hier);
+    let ex = Exchanges {
+        flat: Exchange::new(comm, &with(ExchangeMethod::Allreduce)),
+        node_aware: Exchange::new(comm, &with(ExchangeMethod::Hierarchical)),
+    };
     let mut rows = Vec::new();
     for &bytes in sizes {
         let elems = (bytes / 4).max(1) as usize;
@@ -176,11 +174,11 @@ pub fn sweep<C: RawComm>(
         let mut recv = vec![0f32; elems];
         // Every buffer prepared alike, as the exchange's are: huge pages where allowed.
         for b in [&mut send, &mut recv] {
-            crate::platform::advise_huge_pages(b.as_mut_ptr().cast(), b.len() * 4);
+            crate::host::advise_huge_pages(b.as_mut_ptr().cast(), b.len() * 4);
         }
         for _ in 0..warmup {
             for m in METHODS {
-                operate(comm, m, cfg, (&src, &split), &mut send, &mut recv);
+                operate(comm, m, &ex, (&src, &split), &mut send, &mut recv);
             }
         }
         // This rank's time of every operation, method-major.
@@ -190,7 +188,7 @@ pub fn sweep<C: RawComm>(
                 let m = METHODS[i];
                 comm.barrier();
                 let t = Instant::now();
-                operate(comm, m, cfg, (&src, &split), &mut send, &mut recv);
+                operate(comm, m, &ex, (&src, &split), &mut send, &mut recv);
                 mine[i * iters + it] = t.elapsed().as_secs_f64();
             }
         }
@@ -235,13 +233,13 @@ fn paired(reference: &[f64], times: &[f64]) -> f64 {
         .zip(times)
         .map(|(r, t)| r / t.max(1e-12))
         .collect();
-    crate::train::choose::median(ratios)
+    crate::stats::median(ratios)
 }
 
 /// The median and the mean of `times`, not empty.
 fn median_and_mean(times: &[f64]) -> (f64, f64) {
     let mean = times.iter().sum::<f64>() / times.len() as f64;
-    (crate::train::choose::median(times.to_vec()), mean)
+    (crate::stats::median(times.to_vec()), mean)
 }
 
 /// The sweep's sizes: powers of two from `min` to `max` bytes.
@@ -326,7 +324,7 @@ mod tests {
             assert_eq!(r.algbw, 1000.0 / r.seconds);
             assert!((r.busbw - r.algbw * 1.5).abs() < 1e-9, "{r:?}");
         }
-        assert_eq!(rows[7].method, "control");
+        assert_eq!(rows[5].method, "control");
     }
 
     #[test]
@@ -357,7 +355,7 @@ mod tests {
     fn every_method_takes_every_turn_once_in_as_many_iterations() {
         let n = METHODS.len();
         let orders: Vec<Vec<usize>> = (0..=n).map(|it| turns(it).collect()).collect();
-        assert_eq!(orders[0], [0, 1, 7, 2, 6, 3, 5, 4]);
+        assert_eq!(orders[0], [0, 1, 5, 2, 4, 3]);
         for place in 0..n {
             let mut at: Vec<usize> = orders[..n].iter().map(|o| o[place]).collect();
             at.sort();

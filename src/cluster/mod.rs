@@ -1,19 +1,20 @@
 //! The MPI side of the benchmark: set-up across the world (`bootstrap`: layout, placement,
-//! clock, hosts), the results folder's `claim` by one job, moving messages (`transport`, `protocol`), the primary (a state machine
-//! and its serve loop), the stall `watchdog`, the `status` line, `resume` from records, the
-//! groups (leader, members, trials), each leader's background `generator`, the interconnect
-//! profile (`commbench`), and the dispatch of ranks to roles (`run`).
+//! clock, hosts), the results folder's `claim` by one job, moving messages (`transport`,
+//! `protocol`), the primary (a state machine, its serve loop and its resumption from
+//! records), the stall `watchdog`, the `status` line, the groups (leader, members, trials),
+//! each leader's background `generator`, the interconnect profile (`commbench`), what every
+//! rank shares (`context`), and the dispatch of ranks to roles (`run`).
 
 pub mod bootstrap;
 pub mod claim;
 pub mod clock;
 pub mod commbench;
+pub mod context;
 pub mod generator;
 pub mod group;
 pub mod layout;
 pub mod primary;
 pub mod protocol;
-pub mod resume;
 pub mod run;
 pub mod status;
 pub mod transport;

@@ -1,9 +1,6 @@
-//! What every rank of a run shares once it is set up ([`RunContext`]), and the dispatch of
-//! each rank to its role: the primary on rank 0, a leader or a member elsewhere.
-
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+//! The dispatch of each rank to its role, in one place: the primary on rank 0 (which opens,
+//! serves and closes the records), a leader or a member elsewhere; each given the
+//! [`RunContext`] every rank shares.
 
 use aiperf_records::rules::{AlgorithmId, DatasetIdentity, SearchRecord};
 use aiperf_records::writer::{PrimaryWriter, RunMeta};
@@ -11,63 +8,13 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 
 use super::bootstrap::Placement;
-use super::clock::Clock;
+pub use super::context::RunContext;
 use super::group;
+use super::primary::resume;
 use super::primary::{self, Primary, PrimaryConfig};
-use super::resume;
-use crate::arch::Graph;
 use crate::config::RecordedConfig;
 use crate::search::Space;
 use crate::train::schedule::{epoch_budget, patience};
-use crate::train::Trainer;
-
-/// Settings and shared objects of a run, on every rank.
-pub struct RunContext {
-    /// Where the records go.
-    pub results: PathBuf,
-    /// This job's claim on `results` (`claim::identity`), checked before the first record.
-    pub claim: String,
-    /// The start architecture.
-    pub start: Graph,
-    /// How this rank trains.
-    pub trainer: Box<dyn Trainer>,
-    /// Full epoch budget.
-    pub epochs: u32,
-    /// Scale of the patience rule min(6 + 2·round, 20) (docs/design.md §3).
-    pub patience_scale: f64,
-    /// Kernel sizes of the deeper morphism.
-    pub kernel_sizes: Vec<u32>,
-    /// Seed of everything.
-    pub seed: u64,
-    /// Threads of each leader's search pool.
-    pub search_threads: usize,
-    /// Steps of each epoch traced on every rank (`--trace-steps`; 0: none).
-    pub trace_steps: u32,
-    /// A lock file that every leader on this machine holds while it searches (stand-in
-    /// trainers: many groups share the cores, so one search runs at a time); `None`: none.
-    pub search_lock: Option<PathBuf>,
-    /// Host of every rank.
-    pub hosts: Vec<String>,
-    /// This rank's view of the common clock.
-    pub clock: Clock,
-    /// The run's start on the common clock.
-    pub t0_s: f64,
-    /// The run's end on the common clock (t0 + duration).
-    pub deadline_s: f64,
-    /// Seconds between resource samples written to the records.
-    pub monitor_interval_s: f64,
-    /// Set by SIGTERM/SIGINT.
-    pub interrupted: Arc<AtomicBool>,
-    /// Go on with the records already in `results` (`--resume`).
-    pub resume: bool,
-}
-
-impl RunContext {
-    /// Whether the run is over for this rank: past the deadline or interrupted.
-    pub fn over(&self) -> bool {
-        self.clock.now() >= self.deadline_s || self.interrupted.load(Ordering::Relaxed)
-    }
-}
 
 /// What the primary records at the start of a fresh run besides the configuration.
 pub struct StartRecord {

@@ -63,7 +63,7 @@ impl Arithmetic {
             }
         }
         Arithmetic {
-            device: crate::platform::device_label(device),
+            device: crate::host::device_label(device),
             native_precisions: natives.iter().map(|p| Precision::name(*p)).collect(),
             cpu_bf16: match native::cpu_bf16(&fp) {
                 Ok(how) => format!("native ({how})"),

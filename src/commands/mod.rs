@@ -10,8 +10,6 @@ mod mpi_tools;
 mod offline;
 mod run;
 
-use std::sync::OnceLock;
-
 use mpi::environment::Universe;
 
 pub use audit::{audit, AuditArgs, AuditFailed, DataDiffers, ModeChoice};
@@ -95,56 +93,62 @@ fn merge_errors(entries: &[String]) -> String {
         .join("\naiperf: error: ")
 }
 
-/// The records folder of the run in progress, for the panic hook's message.
-static RESULTS: OnceLock<String> = OnceLock::new();
-
 /// Initialises MPI ([`start_mpi`]) and refuses collectives that would crash on aiperf's
-/// in-place buffers ([`crate::train::inplace::check_collectives`]), agreed over every rank:
-/// MCA parameter files are per node, so ranks may find it differently.
-pub fn init_mpi() -> anyhow::Result<Universe> {
-    let universe = start_mpi()?;
-    let checked = crate::train::inplace::check_collectives().map_err(anyhow::Error::msg);
+/// in-place buffers ([`crate::exchange::check_collectives`]), agreed over every rank:
+/// MCA parameter files are per node, so ranks may find it differently. Returns the thread
+/// level MPI provides too (the exchange's overlap needs `MPI_THREAD_SERIALIZED`:
+/// [`crate::exchange::ExchangeConfig::within`]).
+pub fn init_mpi() -> anyhow::Result<(Universe, mpi::Threading)> {
+    let (universe, level) = start_mpi()?;
+    let checked = crate::exchange::check_collectives().map_err(anyhow::Error::msg);
     agree(&universe.world(), checked)?;
-    Ok(universe)
+    Ok((universe, level))
 }
 
 /// Initialises MPI once and installs the panic hook: a panic on any thread of any rank
 /// prints its message and the rank, then calls `MPI_Abort`, so the job ends at once
-/// instead of leaving the other ranks waiting in a collective.
-pub fn start_mpi() -> anyhow::Result<Universe> {
-    // Serialized: the exchange overlapped with backward calls MPI from another thread than
-    // the step's — the communication thread (while the step thread makes no MPI call), or,
-    // for the pipelined exchange on CUDA, libtorch's backward thread running the gradient
-    // reports; a library that offers less turns overlap off.
+/// instead of leaving the other ranks waiting in a collective. Returns the thread level
+/// MPI provides.
+pub fn start_mpi() -> anyhow::Result<(Universe, mpi::Threading)> {
+    // Serialized: the exchange overlapped with backward calls MPI from its communication
+    // thread while the step's thread makes no MPI call; a library that offers less turns the
+    // overlap off (each command settles it with the level provided).
     let Some((universe, level)) = mpi::initialize_with_threading(mpi::Threading::Serialized) else {
         anyhow::bail!("MPI was already initialised");
     };
-    crate::train::overlap::set_thread_level(level >= mpi::Threading::Serialized);
     use mpi::traits::Communicator;
-    let rank = universe.world().rank();
-    let previous = std::panic::take_hook();
+    abort_on_panic(universe.world().rank(), None);
+    Ok((universe, level))
+}
+
+/// Installs the panic hook: a panic on any thread prints its message (std's own hook) and
+/// the rank, with how to continue from `records` where the run has them, then calls
+/// `MPI_Abort`. Installed again once the run knows its records folder.
+fn abort_on_panic(rank: i32, records: Option<&std::path::Path>) {
+    let resume = records.map_or(String::new(), |dir| {
+        let dir = dir.display();
+        format!("; the records in {dir} stay readable: continue with `aiperf run --resume {dir}`")
+    });
+    // The hook in place is this function's, or std's before the first call: take it, and
+    // take again to get std's default (which `take_hook` leaves in place).
+    drop(std::panic::take_hook());
+    let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        previous(info);
-        let resume = RESULTS.get().map_or(String::new(), |dir| {
-            format!(
-                "; the records in {dir} stay readable: continue with `aiperf run --resume {dir}`"
-            )
-        });
+        default(info);
         eprintln!(
             "aiperf: error: rank {rank} panicked: aborting the whole job (MPI_Abort){resume}"
         );
-        // SAFETY: MPI is initialised (above) and MPI_Abort may be called from any thread
-        // under MPI_THREAD_MULTIPLE; it does not return.
+        // SAFETY: MPI is initialised (the hook is installed after it) and MPI_Abort may be
+        // called from any thread; it does not return.
         unsafe {
             mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 70);
         }
     }));
-    Ok(universe)
 }
 
-/// Remembers the records folder for the panic hook's message.
-fn set_results_hint(dir: &std::path::Path) {
-    let _ = RESULTS.set(dir.display().to_string());
+/// The panic hook with the run's records folder in its message.
+fn set_results_hint(rank: i32, dir: &std::path::Path) {
+    abort_on_panic(rank, Some(dir));
 }
 
 /// A result every rank computed alike: rank 0 prints the error, the others exit silently.

@@ -12,9 +12,9 @@ use crate::platform::Platform;
 /// `aiperf doctor`: what this build and machine provide, per rank.
 pub fn doctor(json: bool) -> anyhow::Result<()> {
     // The doctor reports what it finds: collectives the other commands refuse are a warning.
-    let universe = super::start_mpi()?;
+    let (universe, _) = super::start_mpi()?;
     let world = universe.world();
-    if let Err(e) = crate::train::inplace::check_collectives() {
+    if let Err(e) = crate::exchange::check_collectives() {
         if world.rank() == 0 {
             log::warn!("{e}");
         }
@@ -62,7 +62,7 @@ pub fn comm_bench(a: CommBenchArgs) -> anyhow::Result<()> {
     if a.min_bytes == 0 || a.min_bytes > a.max_bytes || a.iters == 0 {
         bail!("--min-bytes must be in 1..=--max-bytes and --iters at least 1");
     }
-    let universe = init_mpi()?;
+    let (universe, _) = init_mpi()?;
     let world = universe.world();
     let sizes = commbench::sizes(a.min_bytes, a.max_bytes);
     let mut scopes = vec![(
@@ -136,26 +136,15 @@ fn node_scopes(
 /// `aiperf dp-check`: every rank trains a tiny model with gradient exchange; all must
 /// keep bit-identical parameters.
 pub fn dp_check(a: &crate::cli::DpCheckArgs) -> anyhow::Result<()> {
-    let universe = init_mpi()?;
+    let (universe, level) = init_mpi()?;
     let world = universe.world();
     tch::set_num_threads(1);
-    let mut cfg = crate::train::exchange::ExchangeConfig {
-        method: a.exchange,
-        bucket_bytes: a.bucket_bytes,
-        first_bucket_bytes: a
-            .bucket_bytes
-            .min(crate::train::exchange::DEFAULT_FIRST_BUCKET_BYTES),
-        staging: a.exchange_staging,
-        overlap: !a.no_overlap,
-    };
+    let mut cfg = a.exchange.config()?.within(level);
     // The node-local index, as `aiperf run` places ranks on devices.
     let local = world.split_shared(0).rank() as usize;
     let device = super::agree(&world, a.device.resolve(local).map_err(anyhow::Error::msg))?;
     // `auto`, as `aiperf run` resolves it: the world is the one group.
-    let choice = crate::train::choose::for_run(&world, Some(&world), &cfg);
-    if let Some(c) = &choice {
-        cfg.method = c.method;
-    }
+    let choice = crate::exchange::resolve_auto(&world, Some(&world), &mut cfg);
     let mut report = crate::train::dp_check(&world, a.steps, a.frozen_bn, &cfg, device)?;
     report.choice = choice;
     if world.rank() == 0 {

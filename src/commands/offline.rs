@@ -41,7 +41,7 @@ pub fn data_check(a: DataCheckArgs) -> anyhow::Result<()> {
     };
     println!(
         "delivering to {} ({:?} output)",
-        crate::platform::device_label(device),
+        crate::host::device_label(device),
         cfg.output
     );
     let loader = Loader::new(pack, cfg)?;

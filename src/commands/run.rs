@@ -41,38 +41,36 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     if flags.print_config {
         return print_config(&flags);
     }
-    let universe = init_mpi()?;
+    let (universe, level) = init_mpi()?;
     let world = universe.world();
     // Each rank reads the preset file from its own disk: where one cannot, rank 0 must
     // hear of it (it would otherwise wait in the next collective), so the outcome is agreed.
-    let (config, saved) = agree(&world, configure(&world, &flags))?;
+    let (config, saved, given) = agree(&world, configure(&world, &flags))?;
+    drop(flags);
     let place = once(&world, placement(&world, &config, saved.as_ref()))?;
     tch::set_num_threads(i32::try_from(place.threads).unwrap_or(i32::MAX));
     let common = bootstrap::common(&world, &place, saved.as_ref().map(|s| s.t0_s));
     let mut config = config;
     config.clock_offsets_s = common.offsets.iter().map(|o| o.0).collect();
     config.clock_uncertainty_s = common.offsets.iter().map(|o| o.1).collect();
-    let results = flags
-        .resume
-        .clone()
-        .or_else(|| flags.results.clone())
+    let results = (given.results.clone())
         .unwrap_or_else(|| PathBuf::from(format!("results/run-{}", common.t0_s as u64)));
-    if flags.resume.is_none() {
+    if saved.is_none() {
         let mine =
             (world.rank() == 0).then(|| claim::check_fresh(&results).map_err(|e| format!("{e:#}")));
         let fresh: Result<(), String> = broadcast_value(&world, mine.as_ref())?;
         once(&world, fresh.map_err(anyhow::Error::msg))?;
     }
-    set_results_hint(&results);
     let rank = world.rank();
+    set_results_hint(rank, &results);
     let color = place.layout.group_of[rank as usize]
         .map_or(Color::undefined(), |g| Color::with_value(g as i32));
     let group_comm = world.split_by_color(color);
-    resolve_exchange(&world, group_comm.as_ref(), &mut config);
+    resolve_exchange(&world, group_comm.as_ref(), level, &mut config);
     let ceilings = super::kernels::resolve(&world, &place, &common, &mut config, first_graph)?;
-    let built = trainer(&world, &config, &place, &flags);
+    let built = trainer(&world, &config, &place, &given);
     let (trainer, start_graph, dataset) = agree(&world, built)?;
-    let claim = claim_results(&world, &results, common.t0_s, flags.resume.is_some())?;
+    let claim = claim_results(&world, &results, common.t0_s, saved.is_some())?;
     // Every rank or none goes on to its role: one rank's failure here must not leave the
     // others waiting in it.
     let built = context(
@@ -86,7 +84,7 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     let ctx = agree(&world, built)?;
     let start = StartRecord {
         dataset,
-        precision: precision_name(&config, &flags),
+        precision: precision_name(&config, &given),
         devices: common.devices.clone(),
         platform: aiperf_records::platform::entries(&common.platform, &common.hosts),
         ceilings,
@@ -136,18 +134,19 @@ fn abort_job(world: &SimpleCommunicator, results: &Path, e: &anyhow::Error) -> !
     world.abort(1)
 }
 
-/// `--exchange auto` measured on the groups and resolved before anything is recorded
-/// (collective over `world`); the simulated trainer exchanges nothing and keeps it as is.
+/// The exchange settled before anything is recorded: `--exchange auto` measured on the
+/// groups and resolved (collective over `world`), the overlap kept where MPI's thread
+/// level `provided` allows it; the simulated trainer exchanges nothing and keeps it as is.
 fn resolve_exchange(
     world: &SimpleCommunicator,
     group: Option<&SimpleCommunicator>,
+    provided: mpi::Threading,
     config: &mut RecordedConfig,
 ) {
     if config.trainer != TrainerKind::Simulated {
         let x = &mut config.preset.train.exchange;
-        if let Some(c) = crate::train::choose::for_run(world, group, x) {
-            x.method = c.method;
-        }
+        *x = x.within(provided);
+        crate::exchange::resolve_auto(world, group, x);
     }
 }
 
@@ -281,26 +280,44 @@ fn context(
 }
 
 /// The recorded configuration's precision, or what replaces it (never VALID).
-fn precision_name(config: &RecordedConfig, flags: &RunFlags) -> String {
+fn precision_name(config: &RecordedConfig, given: &Given) -> String {
     let base = match config.trainer {
         TrainerKind::Simulated => "simulated",
         TrainerKind::Emulated => "emulated",
         TrainerKind::Real => config.preset.train.precision.name(),
     };
-    match flags.fault {
+    match given.fault {
         Some(_) => format!("{base}, fault-injected"),
         None => base.to_string(),
     }
 }
 
-/// Collective: the configuration, identical on every rank; with `--resume`, rank 0 reads
-/// the records and broadcasts what it found.
+/// What the command line asks of a run beyond its recorded configuration, parsed once with
+/// it ([`configure`]); nothing reads the flags after.
+struct Given {
+    /// Where the records go (`--resume` or `--results`; `None`: `results/run-<start>`).
+    results: Option<PathBuf>,
+    /// `--train-images` and `--val-images`, which must exist in the packs (a preset's own
+    /// counts are caps).
+    images: (Option<usize>, Option<usize>),
+    /// The test double `--fault`: never recorded (the records' precision says
+    /// `fault-injected`, and such a run is never VALID).
+    fault: Option<crate::train::fault::Fault>,
+}
+
+/// Collective: the configuration, identical on every rank, and what else the flags ask;
+/// with `--resume`, rank 0 reads the records and broadcasts what it found.
 fn configure(
     world: &SimpleCommunicator,
     flags: &RunFlags,
-) -> anyhow::Result<(RecordedConfig, Option<Saved>)> {
+) -> anyhow::Result<(RecordedConfig, Option<Saved>, Given)> {
+    let given = Given {
+        results: flags.resume.clone().or_else(|| flags.results.clone()),
+        images: (flags.train_images, flags.val_images),
+        fault: flags.fault,
+    };
     let Some(dir) = flags.resume.clone() else {
-        return Ok((RecordedConfig::fresh(flags)?, None));
+        return Ok((RecordedConfig::fresh(flags)?, None, given));
     };
     RecordedConfig::check_resume_flags(flags, &dir)?;
     let mine = (world.rank() == 0).then(|| read_saved(&dir).map_err(|e| format!("{e:#}")));
@@ -314,7 +331,7 @@ fn configure(
         );
     }
     let config = RecordedConfig::resumed(flags, &dir, &saved.config_json)?;
-    Ok((config, Some(saved)))
+    Ok((config, Some(saved), given))
 }
 
 /// Rank 0: a stopped run's configuration and start; refuses a run that already ended at
@@ -351,7 +368,7 @@ fn trainer(
     world: &SimpleCommunicator,
     config: &RecordedConfig,
     place: &Placement,
-    flags: &RunFlags,
+    given: &Given,
 ) -> anyhow::Result<(Box<dyn Trainer>, Graph, DatasetIdentity)> {
     let (inner, start, dataset): (Box<dyn Trainer>, Graph, DatasetIdentity) = match config.trainer {
         TrainerKind::Simulated | TrainerKind::Emulated => synthetic_trainer(config)?,
@@ -359,10 +376,10 @@ fn trainer(
             // Lines every trainer would log alike are logged by the first one only.
             let rank = world.rank() as usize;
             let first = place.layout.group_of.iter().position(Option::is_some) == Some(rank);
-            real_trainer(config, place, first, flags)?
+            real_trainer(config, place, first, given.images)?
         }
     };
-    let trainer = match flags.fault {
+    let trainer = match given.fault {
         Some(fault) => {
             let rank = world.rank() as usize;
             Box::new(FaultyTrainer {
@@ -447,7 +464,7 @@ fn real_trainer(
     config: &RecordedConfig,
     place: &Placement,
     first: bool,
-    flags: &RunFlags,
+    images: (Option<usize>, Option<usize>),
 ) -> anyhow::Result<(Box<dyn Trainer>, Graph, DatasetIdentity)> {
     let p = &config.preset;
     let dir = config.data_dir();
@@ -465,7 +482,7 @@ fn real_trainer(
         h.num_classes,
     )?;
     crate::data::same_shape(&dir, &h, val.header())?;
-    check_counts(flags, &dir, h.num_samples, val.header().num_samples)?;
+    check_counts(images, &dir, h.num_samples, val.header().num_samples)?;
     check_batch_fits(config, place, h.num_samples)?;
     let v = val.header();
     let identity = DatasetIdentity {
@@ -535,10 +552,15 @@ fn input_size(
 /// The images an epoch is asked for by flag must exist in the packs — checked before
 /// anything runs. (A preset's own counts are caps: the built-in presets' subsets of the
 /// official datasets, taken whole from a smaller pack.)
-fn check_counts(flags: &RunFlags, dir: &Path, train: u64, val: u64) -> anyhow::Result<()> {
+fn check_counts(
+    (train_images, val_images): (Option<usize>, Option<usize>),
+    dir: &Path,
+    train: u64,
+    val: u64,
+) -> anyhow::Result<()> {
     let asked = [
-        ("--train-images", "train", flags.train_images, train),
-        ("--val-images", "val", flags.val_images, val),
+        ("--train-images", "train", train_images, train),
+        ("--val-images", "val", val_images, val),
     ];
     for (flag, split, n, have) in asked {
         if let Some(n) = n.filter(|&n| n as u64 > have) {

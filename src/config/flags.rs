@@ -63,27 +63,9 @@ pub struct RunFlags {
     /// [default: the preset's, auto in the built-in ones].
     #[arg(long, value_enum)]
     pub memory_format: Option<MemoryFormat>,
-    /// The gradient exchange (docs/scaling.md, "Data-parallel exchange and dp-check"): auto
-    /// (hierarchical where it measures faster on the run's groups at start-up, else allreduce;
-    /// the log says which and why, the records which), allreduce, allreduce-pipelined,
-    /// reduce-bcast or hierarchical [default: auto].
-    #[arg(long, value_enum)]
-    pub exchange: Option<crate::train::exchange::ExchangeMethod>,
-    /// Reduce the buckets after backward instead of during it (the exchange overlaps with
-    /// backward by default, with `allreduce`, `hierarchical` and `allreduce-pipelined`; for
-    /// before/after studies).
-    #[arg(long)]
-    pub no_overlap: bool,
-    /// Bytes per exchange bucket (the first bucket 1 MiB, or less if this is less)
-    /// [default: 26214400, DDP's 25 MiB].
-    #[arg(long)]
-    pub bucket_bytes: Option<u64>,
-    /// Where the exchange's buffer is: host (gradients copied through a host buffer, pinned
-    /// for CUDA tensors), device (gradients as views of one tensor handed to MPI as it is:
-    /// CUDA needs a CUDA-aware MPI), or auto (device when the MPI says it is CUDA-aware; on
-    /// the CPU the gradients are views all the same) [default: auto].
-    #[arg(long, value_enum)]
-    pub exchange_staging: Option<crate::train::staging::Staging>,
+    /// The gradient exchange's settings.
+    #[command(flatten)]
+    pub exchange: crate::exchange::ExchangeArgs,
     /// Loader threads per rank (size them per GPU: docs/performance.md, "Data wait under a
     /// fast consumer") [default: the preset's loader_workers].
     #[arg(long, value_name = "N")]
@@ -172,10 +154,13 @@ impl RunFlags {
             ("--batch-size", self.batch_size.is_some()),
             ("--precision", self.precision.is_some()),
             ("--memory-format", self.memory_format.is_some()),
-            ("--exchange", self.exchange.is_some()),
-            ("--bucket-bytes", self.bucket_bytes.is_some()),
-            ("--no-overlap", self.no_overlap),
-            ("--exchange-staging", self.exchange_staging.is_some()),
+            ("--exchange", self.exchange.exchange.is_some()),
+            ("--bucket-bytes", self.exchange.bucket_bytes.is_some()),
+            ("--no-overlap", self.exchange.no_overlap),
+            (
+                "--exchange-staging",
+                self.exchange.exchange_staging.is_some(),
+            ),
             ("--augment-on", self.augment_on.is_some()),
             ("--loader-workers", self.loader_workers.is_some()),
             ("--trace-steps", self.trace_steps.is_some()),

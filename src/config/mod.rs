@@ -17,7 +17,6 @@ pub use preset::{
 };
 
 use crate::arch::Shape;
-use crate::train::exchange::DEFAULT_FIRST_BUCKET_BYTES;
 
 /// The trainer of `aiperf run`.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -195,25 +194,14 @@ fn training_overrides(t: &mut crate::train::TrainConfig, f: &RunFlags) -> Result
     if let Some(n) = f.trace_steps {
         t.trace_steps = count_in("--trace-steps", n, 0, u64::from(MAX_TRACE_STEPS))?;
     }
-    if let Some(m) = f.exchange {
-        t.exchange.method = m;
-    }
-    if let Some(s) = f.exchange_staging {
-        t.exchange.staging = s;
-    }
-    if f.no_overlap {
-        t.exchange.overlap = false;
-    }
+    f.exchange
+        .apply(&mut t.exchange)
+        .map_err(|e| flag_err(e.flag, e.message))?;
     if let Some(a) = f.augment_on {
         t.augment_on = a;
     }
     if let Some(n) = f.loader_workers {
         t.loader_workers = count_in("--loader-workers", n, 1, MAX_LOADER_WORKERS as u64)? as usize;
-    }
-    if let Some(b) = f.bucket_bytes {
-        let b = count_in("--bucket-bytes", b, BUCKET_BYTES.0, BUCKET_BYTES.1)?;
-        t.exchange.bucket_bytes = b;
-        t.exchange.first_bucket_bytes = b.min(DEFAULT_FIRST_BUCKET_BYTES);
     }
     Ok(())
 }

@@ -8,8 +8,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::data::Augment;
+use crate::exchange::ExchangeConfig;
 use crate::search::Hparams;
-use crate::train::exchange::ExchangeConfig;
 use crate::train::{MemoryFormat, Precision, TrainConfig};
 
 /// A complete run configuration before command-line overrides.
@@ -62,9 +62,7 @@ pub const MAX_WEIGHT_DECAY: f64 = 1.0;
 
 /// The largest `train.trace_steps` (`--trace-steps`).
 pub const MAX_TRACE_STEPS: u32 = 1 << 20;
-/// The smallest and largest exchange bucket, bytes (`train.exchange.bucket_bytes`,
-/// `--bucket-bytes`; also the range of `first_bucket_bytes`).
-pub const BUCKET_BYTES: (u64, u64) = (4, 1 << 34);
+pub use crate::exchange::BUCKET_BYTES;
 /// The most loader threads per rank (`train.loader_workers`, `--loader-workers`).
 pub const MAX_LOADER_WORKERS: usize = 256;
 /// The deepest loader prefetch, batches per worker.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::exchange::{ExchangeArgs, Staging};
 
 fn flags() -> RunFlags {
     RunFlags::default()
@@ -360,7 +361,10 @@ fn corruption_sweep_preset_json_never_panics() {
 #[test]
 fn exchange_flags_are_range_checked_and_emulated_ops_needs_the_emulated_trainer() {
     let e = fresh_err(RunFlags {
-        bucket_bytes: Some(0),
+        exchange: ExchangeArgs {
+            bucket_bytes: Some(0),
+            ..Default::default()
+        },
         ..flags()
     });
     assert!(e.contains("--bucket-bytes"), "{e}");
@@ -375,8 +379,11 @@ fn exchange_flags_are_range_checked_and_emulated_ops_needs_the_emulated_trainer(
     let c = RecordedConfig::fresh(&RunFlags {
         trainer: Some(TrainerKind::Emulated),
         emulated_ops: Some(1e12),
-        bucket_bytes: Some(1 << 16),
-        exchange: Some(crate::train::exchange::ExchangeMethod::ReduceBcast),
+        exchange: ExchangeArgs {
+            bucket_bytes: Some(1 << 16),
+            exchange: Some(crate::exchange::ExchangeMethod::Hierarchical),
+            ..Default::default()
+        },
         ..flags()
     })
     .unwrap();
@@ -403,14 +410,17 @@ fn data_and_staging_flags_are_recorded_and_range_checked() {
     let c = RecordedConfig::fresh(&RunFlags {
         loader_workers: Some(6),
         augment_on: Some(crate::train::AugmentOn::Device),
-        exchange_staging: Some(crate::train::staging::Staging::Host),
+        exchange: ExchangeArgs {
+            exchange_staging: Some(Staging::Host),
+            ..Default::default()
+        },
         ..flags()
     })
     .unwrap();
     let t = &c.preset.train;
     assert_eq!(t.loader_workers, 6);
     assert_eq!(t.augment_on, crate::train::AugmentOn::Device);
-    assert_eq!(t.exchange.staging, crate::train::staging::Staging::Host);
+    assert_eq!(t.exchange.staging, Staging::Host);
     let back: RecordedConfig = serde_json::from_str(&c.to_json()).unwrap();
     assert_eq!(back, c);
     // A configuration recorded before these settings existed reads as auto.
@@ -420,10 +430,7 @@ fn data_and_staging_flags_are_recorded_and_range_checked() {
     train["exchange"].as_object_mut().unwrap().remove("staging");
     let old: RecordedConfig = serde_json::from_value(old).unwrap();
     assert_eq!(old.preset.train.augment_on, crate::train::AugmentOn::Auto);
-    assert_eq!(
-        old.preset.train.exchange.staging,
-        crate::train::staging::Staging::Auto
-    );
+    assert_eq!(old.preset.train.exchange.staging, Staging::Auto);
 }
 
 #[test]
@@ -477,7 +484,10 @@ fn regression_preset_files_are_refused_what_the_flags_refuse() {
     let flag_cases = [
         (
             RunFlags {
-                bucket_bytes: Some(0),
+                exchange: ExchangeArgs {
+                    bucket_bytes: Some(0),
+                    ..Default::default()
+                },
                 ..flags()
             },
             "--bucket-bytes",
@@ -517,7 +527,10 @@ fn regression_preset_files_are_refused_what_the_flags_refuse() {
     let f = RunFlags {
         config: Some(path.to_str().unwrap().into()),
         trace_steps: Some(MAX_TRACE_STEPS),
-        bucket_bytes: Some(BUCKET_BYTES.1),
+        exchange: ExchangeArgs {
+            bucket_bytes: Some(BUCKET_BYTES.1),
+            ..Default::default()
+        },
         ..flags()
     };
     RecordedConfig::fresh(&f).unwrap();

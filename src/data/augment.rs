@@ -99,14 +99,6 @@ impl Augment {
             _ => Ok(()),
         }
     }
-
-    /// Whether this augmentation draws random numbers.
-    pub fn is_random(&self) -> bool {
-        matches!(
-            self,
-            Augment::CropFlip { .. } | Augment::RandomResizedCrop { .. }
-        )
-    }
 }
 
 impl std::fmt::Display for Augment {

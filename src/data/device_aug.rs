@@ -9,7 +9,6 @@ use rand_chacha::ChaCha8Rng;
 use tch::{Device, Kind, Tensor};
 
 use super::augment::{self, Augment, Taps};
-use super::loader::Plan;
 use super::tensor::{host_slice, host_tensor};
 use super::DataError;
 
@@ -59,25 +58,37 @@ unsafe fn write_taps(t: &mut (Tensor, Tensor, Tensor), k: usize, taps: &Taps) {
     }
 }
 
+/// What [`RawImages::gather`] reads: the pack, the augmentation, the stored and output
+/// shapes, the normalisation and whether the batches go to page-locked memory.
+#[derive(Clone, Copy)]
+pub(super) struct Source<'a> {
+    pub(super) pack: &'a super::Pack,
+    pub(super) augment: &'a Augment,
+    pub(super) shape: super::augment::Shape,
+    pub(super) out_hw: (usize, usize),
+    pub(super) affine: &'a super::augment::Affine,
+    pub(super) pinned: bool,
+}
+
 impl RawImages {
     /// The samples `mine` of `plan`'s pack with their tables; `rng(i)` is sample i's
     /// generator (drawn exactly as the CPU path draws).
     pub(super) fn gather(
-        plan: &Plan,
+        from: Source<'_>,
         mine: &[usize],
         rng: impl Fn(usize) -> ChaCha8Rng,
     ) -> Result<Self, DataError> {
-        let (n, s) = (mine.len(), plan.shape);
-        let (oh, ow) = plan.out_hw;
-        let pinned = plan.pinned;
+        let (n, s) = (mine.len(), from.shape);
+        let (oh, ow) = from.out_hw;
+        let pinned = from.pinned;
         let mut pixels = host_tensor([n, s.c, s.h, s.w], Kind::Uint8, pinned)?;
         let (mut rows, mut cols) = (axis_tensors(n, oh, pinned)?, axis_tensors(n, ow, pinned)?);
         // SAFETY: fresh contiguous tensors of the sizes written, held only here.
         let bytes = unsafe { host_slice::<u8>(&mut pixels) };
         let per = s.c * s.h * s.w;
         for (k, &i) in mine.iter().enumerate() {
-            bytes[k * per..(k + 1) * per].copy_from_slice(plan.pack.image(i));
-            let (r, c) = augment::taps(&plan.cfg.augment, s, &mut rng(i))
+            bytes[k * per..(k + 1) * per].copy_from_slice(from.pack.image(i));
+            let (r, c) = augment::taps(from.augment, s, &mut rng(i))
                 .expect("the loader ships raw images only for augmentations with taps");
             // SAFETY: as above; r and c have oh and ow taps.
             unsafe {
@@ -85,7 +96,7 @@ impl RawImages {
                 write_taps(&mut cols, k, &c);
             }
         }
-        let affine = (plan.affine.scale.clone(), plan.affine.bias.clone());
+        let affine = (from.affine.scale.clone(), from.affine.bias.clone());
         Ok(RawImages {
             pixels,
             rows,

@@ -173,7 +173,15 @@ impl Plan {
         let rng = |i: usize| sample_rng(self.cfg.seed, epoch, i);
         let images = match self.cfg.output {
             Output::Device if device_aug::supports(&self.cfg.augment) => {
-                Images::Raw(device_aug::RawImages::gather(self, mine, rng)?)
+                let from = device_aug::Source {
+                    pack: &self.pack,
+                    augment: &self.cfg.augment,
+                    shape: self.shape,
+                    out_hw: self.out_hw,
+                    affine: &self.affine,
+                    pinned: self.pinned,
+                };
+                Images::Raw(device_aug::RawImages::gather(from, mine, rng)?)
             }
             _ => Images::Ready(self.host_images(mine, &rng)?),
         };

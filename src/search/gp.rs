@@ -35,7 +35,6 @@ pub struct Gp {
     /// The training points' embedding, one row each.
     embedding: Vec<Vec<f64>>,
     gamma: f64,
-    noise: f64,
     cholesky: Cholesky<f64, Dyn>,
     alpha: DVector<f64>,
     y_mean: f64,
@@ -143,24 +142,18 @@ impl Gp {
                 }
             }
         }
-        let (_, gamma, noise, cholesky, alpha) =
+        let (_, gamma, _, cholesky, alpha) =
             best.expect("an RBF kernel plus noise is positive definite");
         Gp {
             train,
             subsets,
             embedding,
             gamma,
-            noise,
             cholesky,
             alpha,
             y_mean,
             y_scale,
         }
-    }
-
-    /// The fitted kernel parameters (γ, noise variance of the standardised targets).
-    pub fn hyperparameters(&self) -> (f64, f64) {
-        (self.gamma, self.noise)
     }
 
     /// Number of training points.

@@ -1,7 +1,7 @@
 //! `aiperf dp-check`: data-parallel training on a tiny model, to check on a new machine or
 //! interconnect that every rank of the group keeps bit-identical parameters. Every rank
 //! builds the same ResNet from the same seed, trains on its share of seeded global batches
-//! (13 samples, so shards differ in size), exchanges gradients with [`sync_gradients`] and
+//! (13 samples, so shards differ in size), exchanges gradients through [`Gradients`] and
 //! batch-norm statistics with [`average_buffers`], and compares a hash of all its variables'
 //! bytes with every other rank's after each SGD step. The exchange runs as in training:
 //! overlapped with backward where it can be ([`Gradients`]).
@@ -13,12 +13,13 @@ use serde::Serialize;
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Tensor};
 
-use super::exchange::ExchangeMethod;
-use super::gradients::Gradients;
-use super::sync::{all_variables, float_buffers};
-use super::{average_buffers, TrainError};
+use super::{all_variables, float_buffers, synchronize, TrainError};
 use crate::arch::{cifar_resnet, CifarResnetConfig, Shape};
 use crate::data::shard_range;
+use crate::exchange::{
+    average_buffers, unix_s, Exchange, ExchangeBuffer, ExchangeConfig, ExchangeMethod, Gradients,
+    RawComm, RunChoice,
+};
 use crate::model::Net;
 
 /// The outcome, the same on every rank.
@@ -46,7 +47,7 @@ pub struct DpReport {
     pub exchange: ExchangeMethod,
     /// What `auto` measured and chose, when it was asked for (set by the caller that
     /// resolved it).
-    pub choice: Option<super::choose::RunChoice>,
+    pub choice: Option<RunChoice>,
 }
 
 /// A hash of every parameter's bits, in name order.
@@ -65,31 +66,22 @@ pub(super) fn params_hash(vs: &nn::VarStore) -> u64 {
 /// One step's backward pass and gradient exchange, as training runs them: the bytes sent,
 /// whether the exchange overlapped with backward, and whether a reduction started before
 /// backward had returned.
-fn backward_and_exchange<C: super::inplace::RawComm>(
-    comm: &C,
-    cfg: &super::exchange::ExchangeConfig,
+fn backward_and_exchange(
+    ex: &Exchange<'_>,
     grads: &mut Gradients,
     loss: &Tensor,
     weight: f32,
-    buf: &mut super::staging::ExchangeBuffer,
 ) -> Result<(u64, bool, bool), TrainError> {
     let mut backward_end = f64::INFINITY;
-    let mut backward = || -> Result<(), TrainError> {
+    let backward = || -> Result<(), TrainError> {
         loss.f_backward()?;
         // Backward has ended when its kernels have.
-        super::gradients::synchronize(loss.device());
-        backward_end = super::exchange::unix_s();
+        synchronize(loss.device());
+        backward_end = unix_s();
         Ok(())
     };
     let overlapped = grads.overlaps();
-    let stats = if overlapped {
-        grads
-            .backward_during(comm, cfg, (weight, false), buf, backward)?
-            .0
-    } else {
-        backward()?;
-        grads.after(comm, cfg, (weight, false), buf)?.0
-    };
+    let (stats, _) = grads.backward_and_sum(ex, (weight, false), backward)?;
     let early = stats.buckets.iter().any(|&(start, _)| start < backward_end);
     Ok((stats.bytes, overlapped, early))
 }
@@ -117,16 +109,15 @@ fn check_model(device: Device) -> (nn::VarStore, Net) {
 /// statistics, so the group's update equals the single-process one on the global batch (up
 /// to summation order) — the check that the gradient weighting is right. Each rank trains
 /// on `device`; the batches are drawn on the CPU (the same on every device) and moved there.
-pub fn dp_check<C: super::inplace::RawComm>(
+pub fn dp_check<C: RawComm>(
     comm: &C,
     steps: u32,
     frozen_bn: bool,
-    cfg: &super::exchange::ExchangeConfig,
+    cfg: &ExchangeConfig,
     device: Device,
 ) -> Result<DpReport, TrainError> {
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-    let (cfg, _topology) = super::choose::prepare(comm, cfg);
-    let cfg = &cfg;
+    let ex = Exchange::new(comm, cfg);
     let (vs, net) = check_model(device);
     let mut opt = nn::Sgd {
         momentum: 0.9,
@@ -136,10 +127,10 @@ pub fn dp_check<C: super::inplace::RawComm>(
     .build(&vs, 0.05)?;
     let vars = vs.trainable_variables();
     let buffers = float_buffers(&vs);
-    let mut buf = super::staging::ExchangeBuffer::default();
+    let mut buf = ExchangeBuffer::default();
     // The training's path: gradients as views of the buckets where MPI reads their memory,
     // the exchange overlapped with backward where it can be.
-    let mut grads = Gradients::new(&vars, device, cfg)?;
+    let mut grads = Gradients::new(&vars, device, &ex)?;
     let global = 13usize;
     let (mut losses, mut identical, mut bytes) = (Vec::new(), true, 0);
     let (mut overlapped_steps, mut during_backward) = (0, 0);
@@ -154,13 +145,12 @@ pub fn dp_check<C: super::inplace::RawComm>(
             .forward_t(&x.narrow(0, start, len), !frozen_bn)
             .cross_entropy_for_logits(&y.narrow(0, start, len));
         let weight = mine.len() as f32 / global as f32;
-        let (sent, overlapped, early) =
-            backward_and_exchange(comm, cfg, &mut grads, &loss, weight, &mut buf)?;
+        let (sent, overlapped, early) = backward_and_exchange(&ex, &mut grads, &loss, weight)?;
         bytes = sent;
         overlapped_steps += u32::from(overlapped);
         during_backward += u32::from(early);
         opt.step();
-        average_buffers(comm, cfg, &buffers, weight, &mut buf)?;
+        average_buffers(&ex, &buffers, weight, &mut buf)?;
         let local = [loss.f_double_value(&[])? * f64::from(weight)];
         let mut total = [0f64];
         comm.all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());
@@ -176,14 +166,14 @@ pub fn dp_check<C: super::inplace::RawComm>(
         .sum();
     Ok(DpReport {
         ranks: size,
-        device: crate::platform::device_label(device),
+        device: crate::host::device_label(device),
         identical,
         param_sum,
         losses,
         bytes_per_step: bytes,
         overlapped_steps,
         during_backward,
-        exchange: cfg.method,
+        exchange: ex.config().method,
         choice: None,
     })
 }

@@ -1,8 +1,8 @@
 //! The emulated trainer (`--trainer emulated`): the accelerator is a wait of (the step's
 //! operations ÷ `--emulated-ops` per accelerator) — no CPU burned, so many ranks fit on one
 //! machine — but every step exchanges a gradient of the architecture's real parameter count,
-//! layer by layer in backward order, through the training's own exchange ([`super::exchange`]:
-//! buckets, pipelining, the stop flag); the search, the protocol and the records are the real
+//! layer by layer in backward order, through the training's own exchange ([`crate::exchange`]:
+//! buckets, the overlap with backward, the stop flag); the search, the protocol and the records are the real
 //! ones. Accuracy follows the simulated trainer's learning curve. For weak-scaling studies of
 //! the interconnect; a run is INVALID by the rules (its trainer is not `real`).
 
@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 
-use super::exchange::{exchange_flat, unix_s, ExchangeConfig, ExchangeTimes};
-use super::overlap;
 use super::simulated::SimTrial;
 use super::{exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun, TrialSpec};
+use crate::exchange::{unix_s, Exchange, ExchangeConfig, ExchangeError, ExchangeTimes, Progress};
 use crate::ops::OpCount;
+use aiperf_records::schema::EpochFigures;
 
 /// The emulated trainer's settings.
 #[derive(Clone, Debug)]
@@ -34,8 +34,8 @@ pub struct EmulatedTrainer {
 
 /// One emulated trial on one rank.
 struct EmuRun<'c> {
-    comm: &'c SimpleCommunicator,
-    cfg: ExchangeConfig,
+    /// The group's exchange.
+    ex: Exchange<'c>,
     trial: SimTrial,
     images: (u64, u64),
     steps: u64,
@@ -47,12 +47,9 @@ struct EmuRun<'c> {
     /// the piece whose gradient it completes, if any.
     forward_s: f64,
     backward: Vec<(f64, Option<usize>)>,
-    grads: Vec<f32>,
     /// The exchange's buffer (the sums after each step).
     buf: Vec<f32>,
     trace_steps: u32,
-    /// The node-aware exchange's communicators (`hierarchical` only).
-    _topology: Option<super::hierarchy::Registered>,
 }
 
 impl Trainer for EmulatedTrainer {
@@ -64,7 +61,7 @@ impl Trainer for EmulatedTrainer {
     ) -> Result<Box<dyn TrialRun + 'c>, TrainError> {
         let trial = SimTrial::for_group(spec, comm, self.ops_per_s, self.images, self.seed)?;
         // Collective over the group, like the trial's exchanges.
-        let (cfg, topology) = super::choose::prepare(comm, &self.exchange);
+        let ex = Exchange::new(comm, &self.exchange);
         let count = OpCount::of(&spec.graph).map_err(|e| TrainError::Config(e.to_string()))?;
         let steps = trial.steps();
         let rate = self.ops_per_s * f64::from(comm.size());
@@ -79,19 +76,14 @@ impl Trainer for EmulatedTrainer {
         pieces.push(1);
         let total: usize = pieces.iter().sum();
         if i32::try_from(total).is_err() {
-            return Err(TrainError::TooLarge(total));
+            return Err(ExchangeError::TooLarge(total).into());
         }
         let step_s = e.train_ops as f64 / rate / steps as f64;
         let (forward_s, backward) = phases(&count, step_s);
-        // Small, finite "gradients": the sums are checked as in training.
-        let mut grads = vec![1e-3; total];
         let mut buf = vec![0.0; total];
-        for b in [&mut grads, &mut buf] {
-            crate::platform::advise_huge_pages(b.as_mut_ptr().cast(), b.len() * 4);
-        }
+        crate::host::advise_huge_pages(buf.as_mut_ptr().cast(), buf.len() * 4);
         Ok(Box::new(EmuRun {
-            comm,
-            cfg,
+            ex,
             trial,
             images: self.images,
             steps,
@@ -100,10 +92,8 @@ impl Trainer for EmulatedTrainer {
             pieces,
             forward_s,
             backward,
-            grads,
             buf,
             trace_steps: self.trace_steps,
-            _topology: topology,
         }))
     }
 
@@ -147,16 +137,22 @@ impl EmuRun<'_> {
         stop: bool,
         stats: &mut EpochStats,
     ) -> Result<bool, TrainError> {
-        let flag_at = self.grads.len() - 1;
-        self.grads[flag_at] = f32::from(u8::from(stop));
-        let times = exchange_flat(
-            self.comm,
-            &self.cfg,
-            &self.pieces,
-            &self.grads,
-            &mut self.buf,
-        )?;
-        self.account(step, &times, times.seconds, stats)
+        let mut fill = gradients(self.pieces.len() - 1, stop);
+        let (times, waited) =
+            self.ex
+                .sum_host(&self.pieces, &mut self.buf, &mut fill, Progress::After);
+        self.account(step, &times, waited, stats)
+    }
+}
+
+/// The synthetic gradients' fill: small, finite values (the sums are checked as in
+/// training), and the stop flag in the last piece, `flag_piece`.
+fn gradients(flag_piece: usize, stop: bool) -> impl FnMut(std::ops::Range<usize>, &mut [f32]) {
+    move |pieces, bucket| {
+        bucket.fill(1e-3);
+        if pieces.end > flag_piece {
+            bucket[bucket.len() - 1] = f32::from(u8::from(stop));
+        }
     }
 }
 
@@ -176,12 +172,7 @@ impl EmuRun<'_> {
         let traced = step < self.trace_steps;
         let computing_unix = traced.then(unix_s);
         let flag_piece = self.pieces.len() - 1;
-        let mut fill = |pieces: std::ops::Range<usize>, bucket: &mut [f32]| {
-            bucket.fill(1e-3);
-            if pieces.end > flag_piece {
-                bucket[bucket.len() - 1] = f32::from(u8::from(stop));
-            }
-        };
+        let mut fill = gradients(flag_piece, stop);
         let (forward_s, phases) = (self.forward_s, &self.backward);
         let compute_s = &mut stats.compute_s;
         let mut spend = |seconds: f64| {
@@ -207,15 +198,14 @@ impl EmuRun<'_> {
             }
             backward_end = unix_s();
         };
-        let (times, waited) = overlap::overlapped(
-            self.comm,
-            &self.cfg,
+        let progress = Progress::During {
+            backward: &mut backward,
             // The stop flag is known before backward.
-            (&self.pieces, Some(flag_piece)),
-            &mut self.buf,
-            &mut fill,
-            &mut backward,
-        );
+            known: Some(flag_piece),
+        };
+        let (times, waited) = self
+            .ex
+            .sum_host(&self.pieces, &mut self.buf, &mut fill, progress);
         if let Some(start_s) = computing_unix {
             // Forward and backward: the reductions' spans lie inside it.
             let compute = Span::between(step, SpanKind::Compute, start_s, backward_end);
@@ -237,7 +227,7 @@ impl EmuRun<'_> {
         if step < self.trace_steps {
             stats.spans.extend(exchange_spans(step, &times.buckets));
         }
-        if self.comm.size() > 1 {
+        if !self.ex.alone() {
             stats.allreduce_bytes += (self.buf.len() * 4) as u64;
         }
         if !self.buf[..flag_at].iter().all(|x| x.is_finite()) {
@@ -254,7 +244,7 @@ impl TrialRun for EmuRun<'_> {
         let mut stats = EpochStats::default();
         // The compute owed so far: a sleep's overshoot is taken off the next step's wait.
         let mut owed = 0.0;
-        let overlaps = overlap::overlaps(&self.cfg);
+        let overlaps = self.ex.overlaps();
         for step in 0..u32::try_from(self.steps).unwrap_or(u32::MAX) {
             let raised = if overlaps {
                 self.overlapped_step(step, stop(), &mut owed, &mut stats)?
@@ -281,12 +271,14 @@ impl TrialRun for EmuRun<'_> {
         wait(owed + self.val_s - stats.compute_s);
         stats.compute_s += validating.elapsed().as_secs_f64();
         Ok(EpochStats {
-            train_images: self.images.0,
-            steps: self.steps,
-            val_images: self.images.1,
-            train_loss: e.val_loss,
-            val_loss: e.val_loss,
-            val_accuracy: e.val_accuracy,
+            figures: EpochFigures {
+                train_images: self.images.0,
+                steps: self.steps,
+                val_images: self.images.1,
+                train_loss: e.val_loss,
+                val_loss: e.val_loss,
+                val_accuracy: e.val_accuracy,
+            },
             wall_s: began.elapsed().as_secs_f64(),
             ..stats
         })

@@ -112,13 +112,13 @@ impl TrialRun for FaultyRun<'_> {
             Fault::NonFinite { round } if round == self.round && epoch >= 2 => {
                 let mut e = self.inner.epoch(epoch, stop)?;
                 e.non_finite = !e.abandoned;
-                e.train_loss = f64::NAN;
+                e.figures.train_loss = f64::NAN;
                 Ok(e)
             }
             Fault::NonFiniteAll => {
                 let mut e = self.inner.epoch(epoch, stop)?;
                 e.non_finite = !e.abandoned;
-                e.train_loss = f64::NAN;
+                e.figures.train_loss = f64::NAN;
                 Ok(e)
             }
             _ => self.inner.epoch(epoch, stop),

@@ -1,39 +1,27 @@
-//! Training on a replica group: the libtorch trainer of a trial ([`TrialTrainer`]); the
-//! data-parallel exchange — every rank's gradients (and batch-norm statistics), weighted by
-//! its share of the global batch, summed over the group communicator so that every rank
-//! applies the same update and holds bit-identical parameters and buffers; `aiperf
-//! dp-check`, which verifies that under MPI; the training rules (learning-rate schedule,
-//! budgets, patience, early stopping, predicted accuracy) as pure functions; and the
-//! simulated trainer's model of a trial.
+//! Training on a replica group: the libtorch trainer of a trial ([`TrialTrainer`]), which
+//! sums its gradients over the group through the exchange ([`crate::exchange`]); `aiperf
+//! dp-check`, which verifies under MPI that every rank keeps bit-identical parameters; the
+//! precision, memory format and their start-up probe; the training rules (learning-rate
+//! schedule, budgets, patience, early stopping, predicted accuracy) as pure functions; and
+//! the simulated and emulated trainers.
 
 pub mod amp;
 mod check;
-pub mod choose;
 pub mod emulated;
-pub mod exchange;
 pub mod fault;
-mod gradients;
-pub mod hierarchy;
-pub mod hooks;
-pub mod inplace;
 pub mod layout;
 pub mod native;
-pub mod overlap;
 pub mod probe;
 pub mod scaler;
 pub mod schedule;
 pub mod simulated;
-pub mod staging;
-mod sync;
 mod trainer;
-pub mod views;
 
 use mpi::topology::SimpleCommunicator;
 
 pub use amp::Precision;
 pub use check::{dp_check, DpReport};
 pub use layout::MemoryFormat;
-pub use sync::{average_buffers, sync_gradients, sync_gradients_with_flag, SyncStats};
 pub use trainer::{AugmentOn, RealTrainer, TrainConfig, TrialSpec, TrialTrainer};
 
 /// What a traced span of a step was (`aiperf run --trace-steps`).
@@ -84,7 +72,7 @@ impl Span {
             kind,
             bucket: 0,
             start_s,
-            end_s: exchange::unix_s(),
+            end_s: crate::exchange::unix_s(),
         }
     }
 }
@@ -107,18 +95,8 @@ pub fn exchange_spans(step: u32, buckets: &[(f64, f64)]) -> impl Iterator<Item =
 /// split and the spans, which are this rank's.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct EpochStats {
-    /// Training images of the epoch over the group (optimizer steps × global batch).
-    pub train_images: u64,
-    /// Optimizer steps.
-    pub steps: u64,
-    /// Validation images over the group.
-    pub val_images: u64,
-    /// Mean training loss (with label smoothing) over the epoch's global batches.
-    pub train_loss: f64,
-    /// Mean validation cross-entropy.
-    pub val_loss: f64,
-    /// Validation top-1 accuracy.
-    pub val_accuracy: f64,
+    /// What the epoch learned (the same on every rank of the group).
+    pub figures: aiperf_records::schema::EpochFigures,
     /// Seconds of forward, backward, update and validation arithmetic.
     pub compute_s: f64,
     /// Seconds in the gradient, statistics and metric exchanges.
@@ -169,9 +147,9 @@ pub enum TrainError {
     /// libtorch refused an operation.
     #[error("libtorch: {0}")]
     Torch(#[from] tch::TchError),
-    /// A variable has no gradient yet.
-    #[error("trainable variable {0} has no gradient: run backward before synchronising")]
-    NoGradient(usize),
+    /// The exchange failed.
+    #[error(transparent)]
+    Exchange(#[from] crate::exchange::ExchangeError),
     /// The data could not be loaded.
     #[error(transparent)]
     Data(#[from] crate::data::DataError),
@@ -181,7 +159,28 @@ pub enum TrainError {
     /// The settings do not fit the data or the device.
     #[error("{0}")]
     Config(String),
-    /// The gradient buffer does not fit MPI's i32 counts.
-    #[error("{0} gradient values exceed what one MPI message can carry (2^31 − 1)")]
-    TooLarge(usize),
+}
+
+/// Every variable of `vs` (parameters and buffers) in name order: the VarStore's map
+/// iterates in a different order in every process, and the exchange needs one order.
+pub(crate) fn all_variables(vs: &tch::nn::VarStore) -> Vec<(String, tch::Tensor)> {
+    let mut named: Vec<(String, tch::Tensor)> = vs.variables().into_iter().collect();
+    named.sort_by(|a, b| a.0.cmp(&b.0));
+    named
+}
+
+/// The float buffers of `vs` (batch-norm running statistics) in name order.
+pub(crate) fn float_buffers(vs: &tch::nn::VarStore) -> Vec<tch::Tensor> {
+    all_variables(vs)
+        .into_iter()
+        .filter(|(_, t)| !t.requires_grad() && t.kind() == tch::Kind::Float)
+        .map(|(_, t)| t)
+        .collect()
+}
+
+/// Waits for the device's queued work, so that wall-clock intervals measure it.
+pub(crate) fn synchronize(device: tch::Device) {
+    if let tch::Device::Cuda(i) = device {
+        tch::Cuda::synchronize(i as i64);
+    }
 }

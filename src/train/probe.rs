@@ -70,15 +70,9 @@ impl Setup {
             .f_cross_entropy_loss::<Tensor>(&self.y, None, Reduction::Mean, -100, 0.1)?;
         loss.f_backward()?;
         self.opt.step();
-        super::gradients::synchronize(self.device);
+        super::synchronize(self.device);
         Ok(t.elapsed().as_secs_f64())
     }
-}
-
-/// The median of `v` (not empty).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// Seconds per step of `graph` at `batch` images in NCHW and in channels-last: the medians
@@ -104,7 +98,7 @@ pub fn formats(
             }
         }
     }
-    Ok(times.map(median))
+    Ok(times.map(crate::stats::median))
 }
 
 /// The faster format given the summed seconds per step of each (NCHW on a tie).

@@ -204,12 +204,14 @@ impl TrialRun for SimRun<'_> {
             }
         }
         Ok(EpochStats {
-            train_images: self.images.0,
-            steps: self.steps,
-            val_images: self.images.1,
-            train_loss: e.val_loss,
-            val_loss: e.val_loss,
-            val_accuracy: e.val_accuracy,
+            figures: aiperf_records::schema::EpochFigures {
+                train_images: self.images.0,
+                steps: self.steps,
+                val_images: self.images.1,
+                train_loss: e.val_loss,
+                val_loss: e.val_loss,
+                val_accuracy: e.val_accuracy,
+            },
             compute_s: seconds,
             wall_s: seconds,
             ..EpochStats::default()

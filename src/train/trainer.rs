@@ -18,18 +18,19 @@ use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
 use super::amp::Precision;
-use super::exchange::{unix_s, ExchangeConfig};
-use super::gradients::{synchronize, Gradients};
 use super::layout::MemoryFormat;
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
-use super::staging::ExchangeBuffer;
-use super::sync::{all_variables, float_buffers, SyncStats};
 use super::{
-    average_buffers, exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun,
+    all_variables, exchange_spans, float_buffers, synchronize, EpochStats, Span, SpanKind,
+    TrainError, Trainer, TrialRun,
 };
 use crate::arch::Graph;
 use crate::data::{Augment, Loader, LoaderConfig, Output, Pack};
+use crate::exchange::{
+    average_buffers, unix_s, Exchange, ExchangeBuffer, ExchangeConfig, Gradients, RawComm,
+    SyncStats,
+};
 use crate::model::Net;
 use crate::search::Hparams;
 
@@ -129,8 +130,10 @@ enum Step {
 }
 
 /// One trial being trained on this rank.
-pub struct TrialTrainer<'c, C: Communicator> {
+pub struct TrialTrainer<'c, C: RawComm> {
     comm: &'c C,
+    /// The group's exchange (its reducer holds the node-aware exchange's communicators).
+    exchange: Exchange<'c>,
     cfg: TrainConfig,
     device: Device,
     vs: nn::VarStore,
@@ -141,12 +144,10 @@ pub struct TrialTrainer<'c, C: Communicator> {
     val: Loader,
     schedule: LrSchedule,
     scaler: Option<LossScaler>,
-    /// The exchange's buffer, reused.
+    /// The batch-norm statistics' exchange buffer, reused.
     buf: ExchangeBuffer,
     /// The trainable variables' gradients and their exchange (views, hooks).
     grads: Gradients,
-    /// The node-aware exchange's communicators while the trial lives (`hierarchical` only).
-    _topology: Option<super::hierarchy::Registered>,
 }
 
 /// The libtorch trainer: data-parallel over the group, on this rank's device.
@@ -183,7 +184,7 @@ impl Trainer for RealTrainer {
     }
 }
 
-impl<C: Communicator> TrialRun for TrialTrainer<'_, C> {
+impl<C: RawComm> TrialRun for TrialTrainer<'_, C> {
     fn epoch(&mut self, epoch: u32, stop: &dyn Fn() -> bool) -> Result<EpochStats, TrainError> {
         TrialTrainer::epoch(self, epoch, stop)
     }
@@ -281,7 +282,7 @@ fn loaders(
     Ok((train, val))
 }
 
-impl<'c, C: Communicator> TrialTrainer<'c, C> {
+impl<'c, C: RawComm> TrialTrainer<'c, C> {
     /// Builds the model on `device` from `spec` (collective over `comm`: the leader's
     /// initial parameters are broadcast) and the loaders of this rank's shards.
     pub fn new(
@@ -306,7 +307,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         }
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
         // Collective over the group, like everything else here.
-        let (exchange, topology) = super::choose::prepare(comm, &cfg.exchange);
+        let exchange = Exchange::new(comm, &cfg.exchange);
         tch::manual_seed(spec.seed as i64);
         let vs = nn::VarStore::new(device);
         let net = Net::build(&vs.root(), &spec.graph)?;
@@ -331,9 +332,10 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         Ok(TrialTrainer {
             comm,
             cfg: TrainConfig {
-                exchange,
+                exchange: *exchange.config(),
                 ..cfg.clone()
             },
+            exchange,
             device,
             grads,
             buffers: float_buffers(&vs),
@@ -349,7 +351,6 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             },
             scaler: (cfg.precision == Precision::Fp16).then(LossScaler::default),
             buf: ExchangeBuffer::default(),
-            _topology: topology,
         })
     }
 
@@ -401,8 +402,7 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         // Every rank's running statistics saw only its shards: take the group's average
         // (they are moving averages, so averaging once equals averaging every step).
         let s = average_buffers(
-            self.comm,
-            &self.cfg.exchange,
+            &self.exchange,
             &self.buffers,
             1.0 / self.comm.size() as f32,
             &mut self.buf,
@@ -418,14 +418,15 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
         stats.allreduce_s += reducing.elapsed().as_secs_f64();
         // Optimizer steps (fp16 skips the updates of overflowing steps; their images were
         // still trained forward and backward).
-        stats.steps = applied as u64;
-        stats.train_images = self.train.samples_per_epoch() as u64;
-        stats.val_images = total[3] as u64;
+        let f = &mut stats.figures;
+        f.steps = applied as u64;
+        f.train_images = self.train.samples_per_epoch() as u64;
+        f.val_images = total[3] as u64;
         // The per-step losses are already weighted by shard; summed over ranks they are the
         // global batches' mean losses (of the steps applied).
-        stats.train_loss = total[0] / applied.max(1) as f64;
-        stats.val_loss = total[1] / total[3].max(1.0);
-        stats.val_accuracy = total[2] / total[3].max(1.0);
+        f.train_loss = total[0] / applied.max(1) as f64;
+        f.val_loss = total[1] / total[3].max(1.0);
+        f.val_accuracy = total[2] / total[3].max(1.0);
         stats.wall_s = started.elapsed().as_secs_f64();
         Ok(stats)
     }
@@ -489,11 +490,10 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
     }
 
     /// Backward (through the scaled loss under fp16, unscaled inside the exchange's weight)
-    /// and the gradient exchange carrying the stop flag — overlapped with backward where
-    /// [`Gradients::overlaps`] — with forward and
-    /// backward booked as compute (`computing`: when the step began) and the exchange's
-    /// exposed time as all-reduce. Returns the exchange's figures and whether any rank
-    /// raised the stop flag.
+    /// and the gradient exchange carrying the stop flag — during backward where
+    /// [`Gradients::overlaps`], else after it — with forward and backward booked as compute
+    /// (`computing`: when the step began) and the exchange's exposed time as all-reduce.
+    /// Returns the exchange's figures and whether any rank raised the stop flag.
     fn backward_exchange(
         &mut self,
         loss: &Tensor,
@@ -509,42 +509,25 @@ impl<'c, C: Communicator> TrialTrainer<'c, C> {
             loss.f_mul_scalar(scale)?
         };
         let weight = (f64::from(weight) / scale) as f32;
-        let cfg = self.cfg.exchange;
-        if self.grads.overlaps() {
-            let device = self.device;
-            // Backward's kernels count as compute, as without overlap.
-            let backward = || -> Result<(), TrainError> {
-                scaled.f_backward()?;
-                synchronize(device);
-                Ok(())
-            };
-            let (s, raised) = self.grads.backward_during(
-                self.comm,
-                &cfg,
-                (weight, stop),
-                &mut self.buf,
-                backward,
-            )?;
-            let compute_s = computing.elapsed().as_secs_f64() - s.seconds;
-            stats.compute_s += compute_s;
-            if let Some(start_s) = computing_unix {
-                let end_s = start_s + compute_s;
-                stats
-                    .spans
-                    .push(Span::between(step, SpanKind::Compute, start_s, end_s));
-            }
-            return Ok((s, raised));
-        }
-        scaled.f_backward()?;
-        synchronize(self.device);
-        stats.compute_s += computing.elapsed().as_secs_f64();
-        if let Some(t) = computing_unix {
+        let device = self.device;
+        // Backward's kernels count as compute, overlapped or not.
+        let backward = || -> Result<(), TrainError> {
+            scaled.f_backward()?;
+            synchronize(device);
+            Ok(())
+        };
+        let (s, raised) = self
+            .grads
+            .backward_and_sum(&self.exchange, (weight, stop), backward)?;
+        let compute_s = computing.elapsed().as_secs_f64() - s.seconds;
+        stats.compute_s += compute_s;
+        if let Some(start_s) = computing_unix {
+            let end_s = start_s + compute_s;
             stats
                 .spans
-                .push(Span::until_now(step, SpanKind::Compute, t));
+                .push(Span::between(step, SpanKind::Compute, start_s, end_s));
         }
-        self.grads
-            .after(self.comm, &cfg, (weight, stop), &mut self.buf)
+        Ok((s, raised))
     }
 
     /// Validation on this rank's shard: (summed loss, correct, images).

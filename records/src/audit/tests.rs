@@ -1,5 +1,5 @@
 use super::*;
-use crate::schema::TrialStatus;
+use crate::schema::{EpochFigures, TrialStatus};
 
 fn trial(epochs: u32) -> TrialRow {
     TrialRow {
@@ -43,14 +43,9 @@ fn epoch_row() -> EpochRow {
 
 fn retrained(r: &EpochRow) -> Retrained {
     Retrained {
-        train_images: r.train_images,
-        steps: r.steps,
-        val_images: r.val_images,
+        figures: r.figures(),
         train_ops: r.train_ops,
         val_ops: r.val_ops,
-        train_loss: r.train_loss,
-        val_loss: r.val_loss,
-        val_accuracy: r.val_accuracy,
         seconds: 2.0,
     }
 }
@@ -88,18 +83,18 @@ fn spread_audit(n: u32, s: u32, raised: u32, shift: f64) -> Audit {
         };
         let sway = |k: u32| if k.is_multiple_of(2) { 0.01 } else { -0.01 };
         let mut first = retrained(&r);
-        first.val_accuracy += sway(0);
-        first.train_loss *= 1.0 + sway(1);
-        first.val_loss *= 1.0 + sway(0);
+        first.figures.val_accuracy += sway(0);
+        first.figures.train_loss *= 1.0 + sway(1);
+        first.figures.val_loss *= 1.0 + sway(0);
         if e == raised {
             r.val_accuracy += shift;
         }
         rows.push(row(0, &r, &first, 2.0));
         for k in 1..s {
             let mut other = retrained(&r);
-            other.val_accuracy = 0.5 + sway(k);
-            other.train_loss = 1.0 * (1.0 + sway(k + 1));
-            other.val_loss = 2.0 * (1.0 + sway(k));
+            other.figures.val_accuracy = 0.5 + sway(k);
+            other.figures.train_loss = 1.0 * (1.0 + sway(k + 1));
+            other.figures.val_loss = 2.0 * (1.0 + sway(k));
             seeds.push(seed_row(0, &r, k, 100 + u64::from(k), &other));
         }
     }
@@ -133,7 +128,10 @@ fn exact_mode_wants_every_bit_and_counts_are_exact_in_any_mode() {
         "PASSED"
     );
     let close = Retrained {
-        val_accuracy: 0.5 + 1e-12,
+        figures: EpochFigures {
+            val_accuracy: 0.5 + 1e-12,
+            ..same.figures
+        },
         ..same
     };
     let j = judge(&audit(Mode::Exact, vec![row(1, &r, &close, 2.0)], vec![]));
@@ -153,7 +151,13 @@ fn exact_mode_wants_every_bit_and_counts_are_exact_in_any_mode() {
         vec![repeat],
     ));
     assert_eq!(j.verdict, "FAILED");
-    let steps = Retrained { steps: 3, ..same };
+    let steps = Retrained {
+        figures: EpochFigures {
+            steps: 3,
+            ..same.figures
+        },
+        ..same
+    };
     let j = judge(&audit(
         Mode::Statistical,
         vec![row(1, &r, &steps, 2.0)],
@@ -349,7 +353,7 @@ fn a_resealed_audit_whose_flag_contradicts_its_figures_is_not_trusted() {
     let tmp = tempfile::tempdir().unwrap();
     let r = epoch_row();
     let mut off = retrained(&r);
-    off.val_accuracy = 0.9;
+    off.figures.val_accuracy = 0.9;
     let mut a = audit(Mode::Exact, vec![row(0, &r, &off, 2.0)], vec![]);
     a.verdict = "PASSED".into();
     let sealed = a.write(&tmp.path().join(AUDIT_FILE)).unwrap();

@@ -13,9 +13,9 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 use serde::{Deserialize, Serialize};
 
+use super::context::RunContext;
 use super::generator::Generator;
 use super::protocol::{ToGroup, ToPrimary};
-use super::run::RunContext;
 use super::transport::{ask, broadcast_value, tell, TransportError};
 use crate::monitor::Monitor;
 use crate::search::{BayesConfig, Observed};

@@ -12,8 +12,8 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 
 use super::GroupError;
+use crate::cluster::context::RunContext;
 use crate::cluster::protocol::{ToGroup, ToPrimary};
-use crate::cluster::run::RunContext;
 use crate::cluster::transport::{all_gather_strings, ask};
 use crate::monitor::Monitor;
 use crate::ops::OpCount;
@@ -169,19 +169,19 @@ fn lead_verdict<C: Communicator>(
     }
     let row = record_epoch(l, ctx, id, epoch, e, count)?;
     out.epochs = epoch;
-    out.best = out.best.max(e.val_accuracy);
-    out.curve.push(e.val_accuracy);
+    out.best = out.best.max(e.figures.val_accuracy);
+    out.curve.push(e.figures.val_accuracy);
     log_epoch(l.group, id.model_id, epoch, of, e);
     let progress = ToPrimary::Progress {
         group: l.group,
         model_id: id.model_id,
         epoch,
-        val_accuracy: e.val_accuracy,
+        val_accuracy: e.figures.val_accuracy,
         ops: row.train_ops.saturating_add(row.val_ops),
     };
     Ok(if !matches!(ask(l.world, &progress)?, ToGroup::Continue) {
         STOP_RUN
-    } else if stopper.update(e.val_loss) {
+    } else if stopper.update(e.figures.val_loss) {
         STOP_TRIAL
     } else {
         GO_ON
@@ -265,19 +265,20 @@ fn record_epoch<C: Communicator>(
             what,
         })
     };
+    let f = &e.figures;
     let row = EpochRow {
         time_s: ctx.clock.now(),
         trial: u64::from(id.round),
         model_id: id.model_id,
         epoch,
-        train_images: e.train_images,
-        steps: e.steps,
-        val_images: e.val_images,
-        train_ops: ops(count.train_epoch(e.train_images, e.steps), "train_ops")?,
-        val_ops: ops(count.eval_epoch(e.val_images), "val_ops")?,
-        train_loss: e.train_loss,
-        val_loss: e.val_loss,
-        val_accuracy: e.val_accuracy,
+        train_images: f.train_images,
+        steps: f.steps,
+        val_images: f.val_images,
+        train_ops: ops(count.train_epoch(f.train_images, f.steps), "train_ops")?,
+        val_ops: ops(count.eval_epoch(f.val_images), "val_ops")?,
+        train_loss: f.train_loss,
+        val_loss: f.val_loss,
+        val_accuracy: f.val_accuracy,
         compute_s: e.compute_s,
         allreduce_s: e.allreduce_s,
         allreduce_bytes: e.allreduce_bytes,
@@ -293,9 +294,9 @@ fn record_epoch<C: Communicator>(
 fn log_epoch(group: u32, model_id: u64, epoch: u32, of: u32, e: &EpochStats) {
     log::info!(
         "group {group} model {model_id} epoch {epoch}/{of}: val acc {:.4}, loss {:.4}, {:.0} img/s, compute {:.1} s, all-reduce {:.2} s, data wait {:.2} s",
-        e.val_accuracy,
-        e.val_loss,
-        e.train_images as f64 / e.wall_s.max(1e-9),
+        e.figures.val_accuracy,
+        e.figures.val_loss,
+        e.figures.train_images as f64 / e.wall_s.max(1e-9),
         e.compute_s,
         e.allreduce_s,
         e.data_wait_s

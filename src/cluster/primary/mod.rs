@@ -5,6 +5,7 @@
 //! State is indexed by the sender's rank, never by what a message claims. The MPI loop
 //! around it is in `serve`.
 
+pub mod resume;
 mod serve;
 #[cfg(test)]
 mod tests;
@@ -19,10 +20,10 @@ use aiperf_records::RecordError;
 pub use serve::{serve, ServeConfig, ServeError, ServeOutcome};
 
 use super::protocol::{HistoryEntry, ToGroup, ToPrimary};
-use super::resume::Resumed;
 use crate::arch::{Descriptor, Graph};
 use crate::ops::OpCount;
 use crate::search::{Hparams, Space, Tpe, TpeConfig};
+use resume::Resumed;
 
 /// Rounds 1–3 (0-based 0..3) are warm-up: no TPE (docs/design.md §2/§3).
 pub const WARMUP_ROUNDS: u32 = 3;
@@ -224,11 +225,6 @@ impl<S: RecordSink> Primary<S> {
     /// The group whose leader is `rank`.
     pub fn group_of(&self, rank: i32) -> Option<u32> {
         self.group_of_rank.get(&rank).copied()
-    }
-
-    /// Whether group `g` has said goodbye.
-    pub fn said_bye(&self, g: usize) -> bool {
-        self.groups.get(g).is_some_and(|s| s.bye)
     }
 
     /// The run's end, once it was decided (the deadline, or the moment it was stopped).

@@ -1,8 +1,8 @@
 //! The primary's state machine without MPI, over an in-memory record sink.
 
+use super::resume::Resumed;
 use super::*;
 use crate::arch::{by_name, Shape};
-use crate::cluster::resume::Resumed;
 use aiperf_records::schema::TrialStatus;
 
 const DEADLINE: f64 = 1000.0;

@@ -98,15 +98,11 @@ fn retrain(
     for epoch in 1..=t.epochs {
         let e = run.epoch(epoch, &|| false)?;
         let ops = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+        let f = e.figures;
         out.push(Retrained {
-            train_images: e.train_images,
-            steps: e.steps,
-            val_images: e.val_images,
-            train_ops: ops(count.train_epoch(e.train_images, e.steps)),
-            val_ops: ops(count.eval_epoch(e.val_images)),
-            train_loss: e.train_loss,
-            val_loss: e.val_loss,
-            val_accuracy: e.val_accuracy,
+            figures: f,
+            train_ops: ops(count.train_epoch(f.train_images, f.steps)),
+            val_ops: ops(count.eval_epoch(f.val_images)),
             seconds: since.elapsed().as_secs_f64(),
         });
         since = Instant::now();

@@ -10,9 +10,9 @@ use std::path::Path;
 use aiperf_records::schema::TpeRow;
 use aiperf_records::Run;
 
-use super::primary::Totals;
-use super::protocol::HistoryEntry;
+use super::Totals;
 use crate::arch::{Descriptor, Graph};
+use crate::cluster::protocol::HistoryEntry;
 use crate::search::Hparams;
 
 /// Why a stopped run's records cannot be taken over.

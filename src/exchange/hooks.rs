@@ -2,14 +2,14 @@
 //! `grad_hooks.cpp`, built by build.rs against libtorch's headers): while
 //! [`GradHooks::during`] runs a backward pass, each parameter's hook reports its index the
 //! moment autograd has accumulated its gradient — what the exchange's overlap needs to start
-//! a bucket's reduction during backward ([`super::overlap`]).
+//! a bucket's reduction during backward ([`super::Progress::During`]).
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Mutex;
 
 use tch::Tensor;
 
-use super::TrainError;
+use super::ExchangeError;
 
 type ReadyFn = unsafe extern "C" fn(ctx: *mut c_void, index: i64);
 
@@ -32,7 +32,7 @@ struct Current(Option<*mut (dyn FnMut(usize) + 'static)>);
 unsafe impl Send for Current {}
 
 /// Hooks on every parameter of a trial; removed when dropped.
-pub struct GradHooks {
+pub(super) struct GradHooks {
     handle: *mut c_void,
     current: Box<Mutex<Current>>,
 }
@@ -52,7 +52,7 @@ unsafe extern "C" fn on_ready(ctx: *mut c_void, index: i64) {
 impl GradHooks {
     /// Hooks on `params` (leaves that require grad); `during`'s callback gets their index
     /// in this slice.
-    pub fn add(params: &[Tensor]) -> Result<GradHooks, TrainError> {
+    pub fn add(params: &[Tensor]) -> Result<GradHooks, ExchangeError> {
         let current = Box::new(Mutex::new(Current(None)));
         let ptrs: Vec<*mut c_void> = params.iter().map(|t| t.as_ptr() as *mut c_void).collect();
         let mut error: *mut c_char = std::ptr::null_mut();
@@ -78,7 +78,7 @@ impl GradHooks {
                 unsafe { libc::free(error.cast()) };
                 m
             };
-            return Err(TrainError::Config(format!("autograd hooks: {message}")));
+            return Err(ExchangeError::Config(format!("autograd hooks: {message}")));
         }
         Ok(GradHooks { handle, current })
     }
@@ -103,13 +103,13 @@ impl GradHooks {
         backward()
     }
 
-    /// Calls `overlap` with a step's backward pass ([`super::overlap::Backward`]) that runs
+    /// Calls `overlap` with a step's backward pass ([`super::Backward`]) that runs
     /// `backward` under these hooks; returns what `overlap` returned, or backward's error.
-    pub fn overlap<T>(
+    pub fn overlap<T, E>(
         &self,
-        backward: impl FnOnce() -> Result<(), TrainError>,
-        overlap: impl FnOnce(&mut super::overlap::Backward<'_>) -> T,
-    ) -> Result<T, TrainError> {
+        backward: impl FnOnce() -> Result<(), E>,
+        overlap: impl FnOnce(&mut super::Backward<'_>) -> T,
+    ) -> Result<T, E> {
         let mut outcome = Ok(());
         let mut backward = Some(backward);
         let mut run = |ready: &mut dyn FnMut(usize)| {

@@ -16,9 +16,9 @@ use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::traits::Communicator;
 use serde::Serialize;
 
-use super::exchange::{exchange_flat, ExchangeConfig, ExchangeMethod};
-use super::hierarchy;
-use super::inplace::RawComm;
+use super::calls::RawComm;
+use super::node_aware;
+use super::{Exchange, ExchangeConfig, ExchangeMethod};
 
 /// The probe's small bucket, bytes: the size of the last bucket a step waits for.
 const SMALL_BYTES: u64 = 64 << 10;
@@ -100,11 +100,23 @@ impl RunChoice {
     }
 }
 
-/// Resolves `auto` in `cfg` for a whole job (collective over `world`: every rank calls it at
-/// the same point; `group` is this rank's replica group, `None` on ranks in none). Other
-/// methods are returned as they are, with no collective call. The choice is logged by
-/// `world`'s rank 0 and each timed group's first rank.
-pub fn for_run<W: Communicator, C: RawComm>(
+/// Resolves `auto` in `cfg` for a whole job, once, before anything is recorded (collective
+/// over `world`: every rank calls it at the same point; `group` is this rank's replica group,
+/// `None` on ranks in none): `cfg.method` becomes the method taken, and the figures behind
+/// the choice are returned. Any other method is left as it is, with no collective call and
+/// `None`. The choice is logged by `world`'s rank 0 and each timed group's first rank.
+pub fn resolve_auto<W: Communicator, C: RawComm>(
+    world: &W,
+    group: Option<&C>,
+    cfg: &mut ExchangeConfig,
+) -> Option<RunChoice> {
+    let made = for_run(world, group, cfg)?;
+    cfg.method = made.method;
+    Some(made)
+}
+
+/// [`resolve_auto`]'s choice, leaving `cfg` as it is.
+fn for_run<W: Communicator, C: RawComm>(
     world: &W,
     group: Option<&C>,
     cfg: &ExchangeConfig,
@@ -112,7 +124,7 @@ pub fn for_run<W: Communicator, C: RawComm>(
     if cfg.method != ExchangeMethod::Auto {
         return None;
     }
-    let mine = group.map(|g| (g.rank() == 0, choose(g, cfg)));
+    let mine = group.map(|g| (g.rank() == 0, for_group(g, cfg)));
     if let Some((true, c)) = &mine {
         if c.flat_s.is_some() {
             log::info!("{}", c.describe());
@@ -191,25 +203,10 @@ fn decide(groups: &[Choice]) -> ExchangeMethod {
     }
 }
 
-/// The exchange `cfg` asks for, with `auto` resolved over `comm` by timing both there if
-/// [`for_run`] has not resolved it before (collective over `comm`), and the node-aware
-/// exchange's communicators registered where it is the one (collective too). The returned
-/// guard keeps them registered.
-pub fn prepare<C: RawComm>(
-    comm: &C,
-    cfg: &ExchangeConfig,
-) -> (ExchangeConfig, Option<hierarchy::Registered>) {
-    let mut resolved = *cfg;
-    if cfg.method == ExchangeMethod::Auto {
-        resolved.method = choose(comm, cfg).method;
-    }
-    let guard = hierarchy::register(comm, &resolved);
-    (resolved, guard)
-}
-
-/// The choice for one group (collective over `comm`).
-fn choose<C: RawComm>(comm: &C, cfg: &ExchangeConfig) -> Choice {
-    let hierarchy::Layout { nodes, most, .. } = hierarchy::layout(comm);
+/// The choice for one group (collective over `comm`): where [`for_run`] has not resolved
+/// `auto` for the whole job before, the group's exchange resolves it so.
+pub(super) fn for_group<C: RawComm>(comm: &C, cfg: &ExchangeConfig) -> Choice {
+    let node_aware::Layout { nodes, most, .. } = node_aware::layout(comm);
     let mut made = Choice {
         method: ExchangeMethod::Allreduce,
         nodes,
@@ -240,11 +237,17 @@ fn time_both<C: RawComm>(comm: &C, cfg: &ExchangeConfig, large: u64) -> (f64, f6
         overlap: false,
         ..*cfg
     };
-    let node_aware = ExchangeConfig {
-        method: ExchangeMethod::Hierarchical,
-        ..probe
-    };
-    let _topology = hierarchy::register(comm, &node_aware);
+    // Both exchanges built once (the node-aware one splits `comm` by node, collectively).
+    let exchanges = [
+        Exchange::new(comm, &probe),
+        Exchange::new(
+            comm,
+            &ExchangeConfig {
+                method: ExchangeMethod::Hierarchical,
+                ..probe
+            },
+        ),
+    ];
     let sizes = [(SMALL_BYTES / 4) as usize, (large / 4) as usize];
     let src = vec![1e-3f32; sizes.iter().sum()];
     let mut buf = vec![0f32; src.len()];
@@ -252,10 +255,9 @@ fn time_both<C: RawComm>(comm: &C, cfg: &ExchangeConfig, large: u64) -> (f64, f6
     for rep in 0..=REPS {
         for turn in 0..2 {
             let which = (rep + turn) % 2;
-            let method = [&probe, &node_aware][which];
             comm.barrier();
             let t = Instant::now();
-            exchange_flat(comm, method, &sizes, &src, &mut buf).expect("a copy cannot fail");
+            exchanges[which].sum_copied(&sizes, &src, &mut buf);
             let mine = t.elapsed().as_secs_f64();
             let mut slowest = 0f64;
             comm.all_reduce_into(&mine, &mut slowest, SystemOperation::max());
@@ -264,30 +266,13 @@ fn time_both<C: RawComm>(comm: &C, cfg: &ExchangeConfig, large: u64) -> (f64, f6
             }
         }
     }
-    let [flat, hier] = times.map(median);
+    let [flat, hier] = times.map(crate::stats::median);
     (flat, hier)
-}
-
-/// The median of a non-empty list (the mean of the middle two for an even count).
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_median_takes_the_middle() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
-    }
 
     #[test]
     fn the_log_line_names_both_figures_and_the_choice() {

@@ -9,8 +9,8 @@
 use serde::{Deserialize, Serialize};
 use tch::{Device, Kind, Tensor};
 
-use super::inplace::{cuda_aware, CudaAware};
-use super::TrainError;
+use super::calls::{cuda_aware, CudaAware};
+use super::ExchangeError;
 use crate::data::host_slice;
 
 /// Where the exchange keeps its buffer.
@@ -43,7 +43,7 @@ pub enum Resolved {
 impl Staging {
     /// What `self` means for tensors on `device`; `Device` with CUDA tensors needs a
     /// CUDA-aware MPI (asked at run time, only for CUDA tensors).
-    pub fn resolve(self, device: Device) -> Result<Resolved, TrainError> {
+    pub fn resolve(self, device: Device) -> Result<Resolved, ExchangeError> {
         let aware = if device.is_cuda() {
             cuda_aware()
         } else {
@@ -53,12 +53,12 @@ impl Staging {
     }
 
     /// [`Staging::resolve`] given the MPI's answer.
-    fn resolve_with(self, device: Device, aware: CudaAware) -> Result<Resolved, TrainError> {
+    fn resolve_with(self, device: Device, aware: CudaAware) -> Result<Resolved, ExchangeError> {
         let cuda = device.is_cuda();
         Ok(match self {
             Staging::Host => Resolved::Host { pinned: cuda },
             Staging::Device if cuda && aware != CudaAware::Yes => {
-                return Err(TrainError::Config(format!(
+                return Err(ExchangeError::Config(format!(
                     "--exchange-staging device: this MPI does not take CUDA memory (MPIX_Query_cuda_support: {aware:?}); use --exchange-staging host or auto, or set AIPERF_MPI_CUDA_AWARE=1 if the MPI is CUDA-aware but cannot say"
                 )))
             }
@@ -103,8 +103,8 @@ impl std::fmt::Debug for ExchangeBuffer {
 fn reuse(
     slot: &mut Option<Tensor>,
     len: usize,
-    make: impl Fn(i64) -> Result<Tensor, TrainError>,
-) -> Result<&mut Tensor, TrainError> {
+    make: impl Fn(i64) -> Result<Tensor, ExchangeError>,
+) -> Result<&mut Tensor, ExchangeError> {
     if slot.as_ref().is_none_or(|t| t.numel() < len) {
         *slot = None;
         *slot = Some(make(len.max(1) as i64)?);
@@ -114,13 +114,13 @@ fn reuse(
 
 impl ExchangeBuffer {
     /// A zeroed host buffer of `len` f32s, page-locked when `pinned`.
-    pub fn host(&mut self, len: usize, pinned: bool) -> Result<&mut [f32], TrainError> {
+    pub fn host(&mut self, len: usize, pinned: bool) -> Result<&mut [f32], ExchangeError> {
         if !pinned {
             let grown = len > self.host.capacity();
             self.host.clear();
             self.host.resize(len, 0.0);
             if grown {
-                crate::platform::advise_huge_pages(self.host.as_mut_ptr().cast(), len * 4);
+                crate::host::advise_huge_pages(self.host.as_mut_ptr().cast(), len * 4);
             }
             return Ok(&mut self.host);
         }
@@ -137,7 +137,7 @@ impl ExchangeBuffer {
     }
 
     /// A flat f32 tensor of `len` elements (zeroed) on `device`.
-    pub fn device(&mut self, len: usize, device: Device) -> Result<Tensor, TrainError> {
+    pub fn device(&mut self, len: usize, device: Device) -> Result<Tensor, ExchangeError> {
         if self.flat.as_ref().is_some_and(|t| t.device() != device) {
             self.flat = None;
         }
@@ -156,7 +156,7 @@ impl ExchangeBuffer {
 /// # Safety
 /// `data` must stay valid for `len` f32s, and not be accessed otherwise, while the tensor
 /// (and anything viewing it) is in use.
-pub unsafe fn host_view(data: *mut f32, len: usize) -> Result<Tensor, TrainError> {
+pub unsafe fn host_view(data: *mut f32, len: usize) -> Result<Tensor, ExchangeError> {
     Ok(Tensor::f_from_blob(
         data.cast::<u8>(),
         &[len as i64],

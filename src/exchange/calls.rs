@@ -1,9 +1,9 @@
-//! In-place MPI collectives on f32 buffers through MPI's C API: rsmpi 0.8 has no
-//! `MPI_IN_PLACE`, so a C shim (`mpi_in_place.c`, compiled by build.rs against the MPI
-//! headers) gives its value, which differs between MPI implementations. In place, a bucket
-//! is reduced where it was filled: no send buffer and no copy of it inside MPI.
+//! The MPI calls the exchange makes, in place on f32 buffers through MPI's C API: rsmpi 0.8
+//! has no `MPI_IN_PLACE`, so a C shim (`mpi_in_place.c`, compiled by build.rs against the
+//! MPI headers) gives its value, which differs between MPI implementations. In place, a
+//! bucket is reduced where it was filled: no send buffer and no copy of it inside MPI. Also
+//! what the MPI library says of itself: CUDA-awareness and collectives that would crash.
 
-use std::marker::PhantomData;
 use std::os::raw::{c_int, c_void};
 
 use mpi::ffi;
@@ -92,25 +92,8 @@ pub fn allreduce<C: RawComm>(comm: &C, buf: &mut [f32]) {
 /// `data` must be valid for `len` f32s, read and written only by this call until it returns
 /// (for device memory: every kernel writing it has completed). MPI's default error handler
 /// aborts the job on failure, so the return code is always success.
-pub unsafe fn allreduce_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
+pub(super) unsafe fn allreduce_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
     allreduce_handle(comm.as_raw(), data, len);
-}
-
-/// The sum onto `comm`'s rank 0 in place, then broadcast from it: every rank's `buf`
-/// becomes rank 0's sum, bit-identical by construction.
-pub fn reduce_bcast<C: RawComm>(comm: &C, buf: &mut [f32]) {
-    // SAFETY: `buf` is valid for its length for the whole (blocking) call.
-    unsafe { reduce_bcast_raw(comm, buf.as_mut_ptr(), buf.len()) }
-}
-
-/// [`reduce_bcast`] of `len` f32s at `data`.
-///
-/// # Safety
-/// As [`allreduce_raw`]. On the root the send buffer is `MPI_IN_PLACE`; elsewhere `data` is
-/// only read by the reduce (the receive buffer is ignored off the root).
-pub unsafe fn reduce_bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
-    reduce_raw(comm, data, len);
-    bcast_raw(comm, data, len);
 }
 
 /// A bucket this large or larger that follows another bucket of the same exchange waits at a
@@ -119,7 +102,7 @@ pub unsafe fn reduce_bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize)
 /// algorithm; one barrier between them restored it (docs/measurements.md). A barrier costs one
 /// small message's latency: with the barrier from 1 MiB, a 2 MiB exchange (two 1 MiB
 /// buckets) across the two nodes went from 0.82× to 0.98× of one raw call.
-pub const SYNC_BYTES: usize = 1 << 20;
+pub(super) const SYNC_BYTES: usize = 1 << 20;
 
 /// One bucket of an exchange over a raw handle: [`allreduce_handle`], after a barrier when
 /// the bucket `follows` another of the same exchange and holds at least [`SYNC_BYTES`]. Every
@@ -127,7 +110,12 @@ pub const SYNC_BYTES: usize = 1 << 20;
 ///
 /// # Safety
 /// As [`allreduce_handle`].
-pub unsafe fn allreduce_bucket(comm: ffi::MPI_Comm, data: *mut f32, len: usize, follows: bool) {
+pub(super) unsafe fn allreduce_bucket(
+    comm: ffi::MPI_Comm,
+    data: *mut f32,
+    len: usize,
+    follows: bool,
+) {
     if waits(len, follows) {
         ffi::MPI_Barrier(comm);
     }
@@ -136,7 +124,7 @@ pub unsafe fn allreduce_bucket(comm: ffi::MPI_Comm, data: *mut f32, len: usize, 
 
 /// Whether a bucket of `len` f32s that `follows` another (or not) waits at a barrier before
 /// its reduction ([`SYNC_BYTES`]).
-pub fn waits(len: usize, follows: bool) -> bool {
+pub(super) fn waits(len: usize, follows: bool) -> bool {
     follows && len.saturating_mul(4) >= SYNC_BYTES
 }
 
@@ -145,7 +133,7 @@ pub fn waits(len: usize, follows: bool) -> bool {
 /// # Safety
 /// As [`allreduce_raw`]; `comm` must be a live communicator of this process that no other
 /// thread uses meanwhile.
-pub unsafe fn allreduce_handle(comm: ffi::MPI_Comm, data: *mut f32, len: usize) {
+pub(super) unsafe fn allreduce_handle(comm: ffi::MPI_Comm, data: *mut f32, len: usize) {
     ffi::MPI_Allreduce(
         aiperf_mpi_in_place(),
         data.cast(),
@@ -161,7 +149,7 @@ pub unsafe fn allreduce_handle(comm: ffi::MPI_Comm, data: *mut f32, len: usize) 
 /// # Safety
 /// As [`allreduce_raw`]. On the root the send buffer is `MPI_IN_PLACE`; elsewhere `data` is
 /// only read (the receive buffer is ignored off the root).
-pub unsafe fn reduce_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
+pub(super) unsafe fn reduce_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
     reduce_raw_to(comm, data, len, 0);
 }
 
@@ -169,7 +157,7 @@ pub unsafe fn reduce_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
 ///
 /// # Safety
 /// As [`reduce_raw`].
-pub unsafe fn reduce_raw_to<C: RawComm>(comm: &C, data: *mut f32, len: usize, root: c_int) {
+pub(super) unsafe fn reduce_raw_to<C: RawComm>(comm: &C, data: *mut f32, len: usize, root: c_int) {
     let data = data.cast::<c_void>();
     let send = if comm.rank() == root {
         aiperf_mpi_in_place()
@@ -192,7 +180,7 @@ pub unsafe fn reduce_raw_to<C: RawComm>(comm: &C, data: *mut f32, len: usize, ro
 ///
 /// # Safety
 /// `data` must be valid for `bounds[size]` f32s, used by nothing else until this returns.
-pub unsafe fn allgatherv_raw<C: RawComm>(comm: &C, data: *mut f32, bounds: &[usize]) {
+pub(super) unsafe fn allgatherv_raw<C: RawComm>(comm: &C, data: *mut f32, bounds: &[usize]) {
     let counts: Vec<c_int> = bounds.windows(2).map(|w| count_of(w[1] - w[0])).collect();
     let displs: Vec<c_int> = bounds[..bounds.len() - 1]
         .iter()
@@ -214,7 +202,7 @@ pub unsafe fn allgatherv_raw<C: RawComm>(comm: &C, data: *mut f32, bounds: &[usi
 ///
 /// # Safety
 /// As [`allreduce_raw`].
-pub unsafe fn bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
+pub(super) unsafe fn bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
     ffi::MPI_Bcast(
         data.cast(),
         count_of(len),
@@ -222,118 +210,4 @@ pub unsafe fn bcast_raw<C: RawComm>(comm: &C, data: *mut f32, len: usize) {
         0,
         comm.as_raw(),
     );
-}
-
-/// In-place `MPI_Iallreduce`s in flight, each over a buffer borrowed for `'a`: the borrow
-/// checker keeps the buffers untouched until this is dropped, and dropping it waits for
-/// every reduction still running (on every path, unwinding included), so MPI never writes
-/// into memory that is gone.
-pub struct InFlight<'a> {
-    reqs: Vec<(usize, ffi::MPI_Request)>,
-    _bufs: PhantomData<&'a mut [f32]>,
-}
-
-impl<'a> InFlight<'a> {
-    /// None in flight yet.
-    pub fn new() -> Self {
-        InFlight {
-            reqs: Vec::new(),
-            _bufs: PhantomData,
-        }
-    }
-
-    /// Starts reduction `id` of `buf` over `comm` ([`InFlight::start_raw`]); whether it is
-    /// complete already (`alone`).
-    pub fn start<C: RawComm>(
-        &mut self,
-        id: usize,
-        comm: &C,
-        buf: &'a mut [f32],
-        alone: bool,
-    ) -> bool {
-        // SAFETY: `buf` stays borrowed (unused elsewhere) for `'a`, which outlives `self`,
-        // and `self` completes the request before it is dropped.
-        unsafe { self.start_raw(id, comm, buf.as_mut_ptr(), buf.len(), alone) }
-    }
-
-    /// The pipelined exchange's reduction `id` of the `len` f32s at `data` over `comm`: an
-    /// `MPI_Iallreduce` started, or — when the bucket is its exchange's only one (`alone`) —
-    /// one blocking `MPI_Allreduce`, which has the better-tuned algorithms. Every path of
-    /// the pipelined exchange (after backward, copied or resident, and overlapped) makes its
-    /// calls here, so they make the same calls and their sums agree bit for bit. Returns
-    /// whether the reduction is complete already.
-    ///
-    /// # Safety
-    /// `data` must be valid for `len` f32s that MPI can read and write (host memory, or
-    /// device memory with a CUDA-aware MPI), untouched otherwise until the reduction is
-    /// complete — at the latest when `self` is dropped.
-    pub unsafe fn start_raw<C: RawComm>(
-        &mut self,
-        id: usize,
-        comm: &C,
-        data: *mut f32,
-        len: usize,
-        alone: bool,
-    ) -> bool {
-        if alone {
-            allreduce_handle(comm.as_raw(), data, len);
-            return true;
-        }
-        let mut req = ffi::RSMPI_REQUEST_NULL;
-        ffi::MPI_Iallreduce(
-            aiperf_mpi_in_place(),
-            data.cast(),
-            count_of(len),
-            ffi::RSMPI_FLOAT,
-            ffi::RSMPI_SUM,
-            comm.as_raw(),
-            &mut req,
-        );
-        self.reqs.push((id, req));
-        false
-    }
-
-    /// Lets MPI progress the reductions; returns the ids of those that completed.
-    pub fn test(&mut self) -> Vec<usize> {
-        let mut done = Vec::new();
-        self.reqs.retain_mut(|(id, req)| {
-            let mut flag: c_int = 0;
-            // SAFETY: `req` is an active request of this set; MPI_Test frees it when done.
-            unsafe {
-                let mut status = std::mem::zeroed::<ffi::MPI_Status>();
-                ffi::MPI_Test(req, &mut flag, &mut status);
-            }
-            if flag != 0 {
-                done.push(*id);
-            }
-            flag == 0
-        });
-        done
-    }
-
-    /// Waits for every reduction in flight, in the order started; returns their ids.
-    pub fn wait_all(&mut self) -> Vec<usize> {
-        let mut done = Vec::with_capacity(self.reqs.len());
-        for (id, mut req) in self.reqs.drain(..) {
-            // SAFETY: an active request of this set, completed (and freed) here.
-            unsafe {
-                let mut status = std::mem::zeroed::<ffi::MPI_Status>();
-                ffi::MPI_Wait(&mut req, &mut status);
-            }
-            done.push(id);
-        }
-        done
-    }
-}
-
-impl Default for InFlight<'_> {
-    fn default() -> Self {
-        InFlight::new()
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.wait_all();
-    }
 }

@@ -6,21 +6,17 @@
 //! copy in, no copy out. Host memory is advised to huge pages where the kernel allows.
 //! Used where MPI can read the gradients' memory: on the CPU (unless host staging is asked
 //! for), and on CUDA with device staging (a CUDA-aware MPI); otherwise the copying path of
-//! [`super::sync`] stays.
+//! [`super::copied`] stays.
 
 use tch::{nn, Device, Kind, Tensor};
 
-use super::exchange::{ExchangeConfig, ExchangeTimes};
-use super::hooks::GradHooks;
-use super::inplace::RawComm;
-use super::overlap;
+use super::copied::{gradients, piece_sizes};
 use super::staging::{Resolved, Staging};
-use super::sync::{self, SyncStats};
-use super::TrainError;
+use super::{Exchange, ExchangeError, ExchangeTimes, Progress, SyncStats, Target};
 
 /// A trial's gradient buckets.
 #[derive(Default)]
-pub struct GradViews {
+pub(super) struct GradViews {
     /// Σ parameters + 1 elements on the gradients' device, once bound.
     flat: Option<Tensor>,
     /// Each parameter's elements, then 1 (the flag).
@@ -32,7 +28,7 @@ impl GradViews {
     /// reads the buffer where they lie — on CUDA with device staging, on the CPU unless
     /// host staging is asked for (which keeps the copying path CUDA takes without a
     /// CUDA-aware MPI, so that the CPU exercises it too).
-    pub fn usable(device: Device, staging: Staging) -> Result<bool, TrainError> {
+    pub(super) fn usable(device: Device, staging: Staging) -> Result<bool, ExchangeError> {
         Ok(match staging.resolve(device)? {
             Resolved::Device(_) => true,
             Resolved::Host { .. } => device == Device::Cpu && staging != Staging::Host,
@@ -40,13 +36,13 @@ impl GradViews {
     }
 
     /// Whether the gradients are bound to the buckets.
-    pub fn bound(&self) -> bool {
+    pub(super) fn bound(&self) -> bool {
         self.flat.is_some()
     }
 
     /// Before a step's backward: zero the gradients where they lie once bound (keeping the
     /// binding); before that, the optimizer drops them.
-    pub fn zero(&self, opt: &mut nn::Optimizer) -> Result<(), TrainError> {
+    pub(super) fn zero(&self, opt: &mut nn::Optimizer) -> Result<(), ExchangeError> {
         match &self.flat {
             Some(flat) => {
                 let values = self.values() as i64;
@@ -63,21 +59,21 @@ impl GradViews {
 
     /// Rebinds every gradient of `vars` (all defined, after a backward) to its slice of a
     /// new flat tensor, values kept.
-    fn bind(&mut self, vars: &[Tensor]) -> Result<(), TrainError> {
-        let grads = super::sync::gradients(vars)?;
-        let (sizes, total) = sync::piece_sizes(&grads, true)?;
+    fn bind(&mut self, vars: &[Tensor]) -> Result<(), ExchangeError> {
+        let grads = gradients(vars)?;
+        let (sizes, total) = piece_sizes(&grads, true)?;
         let device = grads.first().map_or(Device::Cpu, Tensor::device);
         let flat = Tensor::f_zeros([total as i64], (Kind::Float, device))?;
         if device == Device::Cpu {
-            crate::platform::advise_huge_pages(flat.data_ptr().cast(), total * 4);
+            crate::host::advise_huge_pages(flat.data_ptr().cast(), total * 4);
         }
-        tch::no_grad(|| -> Result<(), TrainError> {
+        tch::no_grad(|| -> Result<(), ExchangeError> {
             let mut offset = 0i64;
             for (g, &n) in grads.iter().zip(&sizes) {
                 let size = g.size();
                 // The gradient's own layout (autograd gives a channels-last parameter a
                 // channels-last gradient and accumulates into one only if it stays so).
-                let strides = if super::layout::is_channels_last(g) && !g.is_contiguous() {
+                let strides = if !g.is_contiguous() && dense(&size, &g.stride()) {
                     g.stride()
                 } else {
                     contiguous_strides(&size)
@@ -95,57 +91,32 @@ impl GradViews {
         Ok(())
     }
 
-    /// Replaces every gradient by Σ_ranks weight_rank · gradient_rank in place (binding them
-    /// first if need be), and tells whether any rank raised `flag` (it rides in the last
-    /// element). The same sums, bit for bit, as the copying path.
-    pub fn sync<C: RawComm>(
+    /// Replaces every gradient by Σ_ranks weight_rank · gradient_rank where it lies, and
+    /// tells whether any rank raised `flag` (it rides in the last element): each bucket is
+    /// scaled by `weight` (and flagged) as it goes, then reduced, at the time `progress`
+    /// says. The gradients are bound to the buckets by the first call, which must come
+    /// after a backward ([`Progress::After`]). On CUDA the scaling runs on the device and
+    /// the device is waited for before MPI reads the bucket. A rank whose scaling fails
+    /// still takes part in every reduction and returns the error after. The same sums, bit
+    /// for bit, as the copying path.
+    pub(super) fn sum(
         &mut self,
-        comm: &C,
-        cfg: &ExchangeConfig,
+        ex: &Exchange<'_>,
         vars: &[Tensor],
-        weight: f32,
-        flag: bool,
-    ) -> Result<(SyncStats, bool), TrainError> {
+        (weight, flag): (f32, bool),
+        progress: Progress<'_, '_>,
+    ) -> Result<(SyncStats, bool), ExchangeError> {
         if self.flat.is_none() {
             self.bind(vars)?;
         }
         let values = self.values();
         let flat = self.flat.as_ref().expect("bound above");
-        sync::scale_and_mark(flat, values, weight, Some(f32::from(u8::from(flag))))?;
-        let times = sync::reduce_flat(comm, cfg, &self.sizes, flat);
-        let finite = sync::finite_sums(flat, values)?;
-        let raised = flat.f_double_value(&[values as i64])? > 0.5;
-        Ok((SyncStats::of(comm, values + 1, times, finite), raised))
-    }
-
-    /// [`GradViews::sync`] overlapped with the backward pass that `backward` runs: each
-    /// bucket is scaled, flagged and its reduction started (on the communication thread, or
-    /// by the pipelined exchange's non-blocking call) as soon as the hooks report all its
-    /// gradients accumulated ([`super::overlap`]). The gradients must be bound already; on
-    /// CUDA the scaling runs on the device and the device is waited for before MPI reads
-    /// the bucket (by the communication thread; by the gradient report itself, stalling
-    /// backward's launches, for the pipelined exchange). Returns the exchange's figures (its seconds: what the
-    /// step waited for after backward) and whether any rank raised `flag`. A rank whose
-    /// scaling fails still takes part in every reduction and returns the error after.
-    pub fn sync_during<C: RawComm>(
-        &mut self,
-        comm: &C,
-        cfg: &ExchangeConfig,
-        hooks: &GradHooks,
-        (weight, flag): (f32, bool),
-        backward: impl FnOnce() -> Result<(), TrainError>,
-    ) -> Result<(SyncStats, bool), TrainError> {
-        let values = self.values();
-        let flat = self
-            .flat
-            .as_ref()
-            .expect("sync_during runs on bound gradients");
         let flag_piece = self.sizes.len() - 1;
         let mut failed = None;
         let mut fill = |pieces: std::ops::Range<usize>, elems: std::ops::Range<usize>| {
             let flagged = pieces.end > flag_piece;
             let scaled = elems.len() - usize::from(flagged);
-            let done = tch::no_grad(|| -> Result<(), TrainError> {
+            let done = tch::no_grad(|| -> Result<(), ExchangeError> {
                 let _ = flat
                     .f_narrow(0, elems.start as i64, scaled as i64)?
                     .f_mul_scalar_(f64::from(weight))?;
@@ -160,28 +131,42 @@ impl GradViews {
                 failed.get_or_insert(e);
             }
         };
-        let (times, waited) = hooks.overlap(backward, |run| {
-            // SAFETY: the flat tensor this struct owns: autograd writes a bucket's gradients
-            // before its hooks hand it over, `fill` scales it before the communication
-            // thread takes it, and nothing else touches it until this returns; on CUDA the
-            // staging resolved to device memory, which the MPI takes.
-            let target = unsafe { overlap::Target::tensor(flat) };
-            // The flag is known before backward.
-            let pieces = (&self.sizes[..], Some(flag_piece));
-            overlap::overlapped_in(comm, cfg, pieces, target, &mut fill, run)
-        })?;
+        // SAFETY: the flat tensor this struct owns: autograd writes a bucket's gradients
+        // before its hooks hand it over, `fill` scales it before it is reduced, and nothing
+        // else touches it until this returns; on CUDA the staging resolved to device memory,
+        // which the MPI takes.
+        let target = unsafe { Target::tensor(flat) };
+        let (times, waited) = ex.sum(&self.sizes, target, &mut fill, progress);
         if let Some(e) = failed {
             return Err(e);
         }
-        let finite = sync::finite_sums(flat, values)?;
+        let finite = bool::try_from(flat.f_narrow(0, 0, values as i64)?.f_isfinite()?.f_all()?)?;
         let raised = flat.f_double_value(&[values as i64])? > 0.5;
-        // Its seconds: what the step waited for after backward.
+        // Its seconds: what the step waited for once the gradients were there.
         let exposed = ExchangeTimes {
             seconds: waited,
             buckets: times.buckets,
         };
-        Ok((SyncStats::of(comm, values + 1, exposed, finite), raised))
+        Ok((SyncStats::of(ex, values + 1, exposed, finite), raised))
     }
+}
+
+/// Whether `stride` lays the elements of `size` out densely, in some order of the
+/// dimensions (a channels-last tensor's, for one): no gaps, no overlaps.
+fn dense(size: &[i64], stride: &[i64]) -> bool {
+    let mut dims: Vec<(i64, i64)> = (stride.iter().copied())
+        .zip(size.iter().copied())
+        .filter(|&(_, n)| n > 1)
+        .collect();
+    dims.sort_unstable();
+    let mut expected = 1;
+    for (st, n) in dims {
+        if st != expected {
+            return false;
+        }
+        expected *= n;
+    }
+    true
 }
 
 /// The strides of a contiguous tensor of `size`.
@@ -203,6 +188,11 @@ mod tests {
         assert_eq!(contiguous_strides(&[4, 3, 2]), vec![6, 2, 1]);
         assert_eq!(contiguous_strides(&[5]), vec![1]);
         assert!(contiguous_strides(&[]).is_empty());
+        // Channels-last (N, C, H, W) = (2, 3, 4, 5) is dense; a slice with gaps is not.
+        assert!(dense(&[2, 3, 4, 5], &[60, 1, 15, 3]));
+        assert!(dense(&[2, 3, 4, 5], &[60, 20, 5, 1]));
+        assert!(!dense(&[2, 3, 4, 5], &[120, 1, 15, 3]));
+        assert!(!dense(&[2, 2], &[1, 1]));
     }
 
     /// After binding, backward accumulates into the bucket: a gradient is its slice.
@@ -237,9 +227,11 @@ mod tests {
     fn a_channels_last_gradient_is_bound_in_its_own_layout() {
         let vs = nn::VarStore::new(Device::Cpu);
         let conv = nn::conv2d(vs.root() / "c", 2, 4, 3, Default::default());
-        super::super::MemoryFormat::ChannelsLast
-            .apply_to(&vs)
-            .unwrap();
+        // The weight in channels-last order, as `--memory-format channels-last` sets it.
+        let mut ws = conv.ws.shallow_clone();
+        let cl = ws.permute([0, 2, 3, 1]).contiguous().permute([0, 3, 1, 2]);
+        tch::no_grad(|| ws.set_data(&cl));
+        assert!(!conv.ws.is_contiguous(), "the weight is channels-last");
         let vars = vs.trainable_variables();
         let mut opt = nn::Sgd::default().build(&vs, 0.1).unwrap();
         let mut views = GradViews::default();

@@ -1,0 +1,154 @@
+//! A trial's gradients and their exchange, as the trainer and `dp-check` run a step: the
+//! gradients as views of the buckets where MPI reads their memory ([`GradViews`]), else
+//! copied through the exchange's buffer ([`super::copied`]); summed during backward where
+//! the exchange overlaps ([`super::Exchange::overlaps`]) and the hooks report each gradient,
+//! else after backward. Also the batch-norm statistics' average ([`average_buffers`]).
+
+use tch::{nn, Device, Tensor};
+
+use super::copied::{self, Values};
+use super::hooks::GradHooks;
+use super::staging::ExchangeBuffer;
+use super::views::GradViews;
+use super::{Exchange, ExchangeError, ExchangeTimes, Progress};
+
+/// What one exchange cost.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncStats {
+    /// Bytes sent by this rank (the buckets, once).
+    pub bytes: u64,
+    /// Seconds the caller waited for the exchange once the values were there (during
+    /// backward: after backward returned).
+    pub seconds: f64,
+    /// Whether every exchanged value's sum is finite (the same on every rank).
+    pub finite: bool,
+    /// Each bucket's (start, end), Unix seconds (for `--trace-steps`).
+    pub buckets: Vec<(f64, f64)>,
+}
+
+impl SyncStats {
+    /// The figures of an exchange of `elems` f32s (a group of one rank sends nothing,
+    /// whatever the call costs). `finite` is the same on every rank, as the sums are.
+    pub(super) fn of(ex: &Exchange<'_>, elems: usize, times: ExchangeTimes, finite: bool) -> Self {
+        let sent = if ex.alone() { 0 } else { elems };
+        SyncStats {
+            bytes: (sent * std::mem::size_of::<f32>()) as u64,
+            seconds: times.seconds,
+            buckets: times.buckets,
+            finite,
+        }
+    }
+}
+
+/// The gradients of one trial's trainable variables.
+pub struct Gradients {
+    /// The trainable variables in backward order (reversed): the buckets' order on every
+    /// path, so that the first bucket is the first one backward completes and every path
+    /// sums the same buckets with the same calls.
+    order: Vec<Tensor>,
+    /// The gradients as views of the buckets, where MPI reads their memory.
+    views: Option<GradViews>,
+    /// Hooks reporting each gradient as backward accumulates it, where the exchange
+    /// overlaps with backward.
+    hooks: Option<GradHooks>,
+    /// The buffer the copying path goes through, reused.
+    buf: ExchangeBuffer,
+}
+
+impl Gradients {
+    /// The gradients of `vars` (on `device`) exchanged by `ex`.
+    pub fn new(vars: &[Tensor], device: Device, ex: &Exchange<'_>) -> Result<Self, ExchangeError> {
+        let order: Vec<Tensor> = vars.iter().rev().map(Tensor::shallow_clone).collect();
+        let views = GradViews::usable(device, ex.config().staging)?.then(GradViews::default);
+        let hooks = ex.overlaps().then(|| GradHooks::add(&order)).transpose()?;
+        Ok(Gradients {
+            order,
+            views,
+            hooks,
+            buf: ExchangeBuffer::default(),
+        })
+    }
+
+    /// Before a step's backward: zeroes the gradients (where they lie, once bound).
+    pub fn zero(&self, opt: &mut nn::Optimizer) -> Result<(), ExchangeError> {
+        match &self.views {
+            Some(v) => v.zero(opt),
+            None => {
+                opt.zero_grad();
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether the next step's exchange overlaps with its backward pass: the hooks are in
+    /// place, and the gradients are bound to the buckets or go through the buffer (views
+    /// are bound by the first exchange, which therefore follows backward).
+    pub fn overlaps(&self) -> bool {
+        self.hooks.is_some() && self.views.as_ref().is_none_or(GradViews::bound)
+    }
+
+    /// Runs `backward` and the exchange — during it where [`Gradients::overlaps`], else
+    /// after it: every gradient becomes Σ_ranks weight_rank · gradient_rank. Returns the
+    /// exchange's figures (its seconds: what the step waited for once backward had
+    /// returned) and whether any rank raised `flag` (it rides in the last element).
+    pub fn backward_and_sum<E: From<ExchangeError>>(
+        &mut self,
+        ex: &Exchange<'_>,
+        (weight, flag): (f32, bool),
+        backward: impl FnOnce() -> Result<(), E>,
+    ) -> Result<(SyncStats, bool), E> {
+        let overlaps = self.overlaps();
+        let Gradients {
+            order,
+            views,
+            hooks,
+            buf,
+        } = self;
+        // The flag, the last piece, is known before backward.
+        let flag_piece = order.len();
+        let mut sum = |progress: Progress<'_, '_>| match views {
+            Some(v) => v.sum(ex, order, (weight, flag), progress),
+            None => {
+                let extra = Some(f32::from(u8::from(flag)));
+                let values = Values::GradientsOf(order);
+                copied::weighted_sum(ex, values, (weight, extra), buf, progress)
+                    .map(|(stats, raised)| (stats, raised > 0.5))
+            }
+        };
+        match hooks.as_ref().filter(|_| overlaps) {
+            Some(hooks) => {
+                let summed = hooks.overlap(backward, |run| {
+                    sum(Progress::During {
+                        backward: run,
+                        known: Some(flag_piece),
+                    })
+                })?;
+                Ok(summed?)
+            }
+            None => {
+                backward()?;
+                Ok(sum(Progress::After)?)
+            }
+        }
+    }
+}
+
+/// Replaces each buffer (batch-norm running statistics: non-trainable float variables) by
+/// Σ_ranks weight_rank · buffer_rank, so every rank holds the group's weighted average, as if
+/// the statistics had been gathered over the global batch. Call with the buffers in the same
+/// order on every rank (e.g. sorted by name). `buf` is reused.
+pub fn average_buffers(
+    ex: &Exchange<'_>,
+    buffers: &[Tensor],
+    weight: f32,
+    buf: &mut ExchangeBuffer,
+) -> Result<SyncStats, ExchangeError> {
+    copied::weighted_sum(
+        ex,
+        Values::Tensors(buffers),
+        (weight, None),
+        buf,
+        Progress::After,
+    )
+    .map(|r| r.0)
+}

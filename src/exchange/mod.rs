@@ -1,0 +1,155 @@
+//! The gradient exchange: how a replica group sums its ranks' gradients (and batch-norm
+//! statistics), each weighted by its share of the global batch, so that every rank applies
+//! the same update and holds bit-identical parameters. One way in: an [`Exchange`], built
+//! once per trial (or sweep) from one [`ExchangeConfig`] — `auto` resolved by a start-up
+//! probe ([`resolve_auto`]), the [`Reducer`] (flat or node-aware) built with its communicators,
+//! whether it overlaps with backward asked of MPI — and given buckets to sum
+//! ([`Exchange::sum`]): the trainers and `dp-check` through [`Gradients`], the emulated
+//! trainer, `comm-bench` and the probe directly.
+//!
+//! Each file owns one thing: `config` the settings and the flags, `buckets` the bucket plan,
+//! `sum` the one summing loop and its communication thread, `reducer` the method,
+//! `node_aware` the node-aware reduction, `calls` the raw MPI calls, `staging` where the
+//! buffer lies, `hooks` the autograd hooks, `gradients` a trial's gradients (as views of
+//! the buckets or copied through a buffer), `choose` the `auto` probe.
+
+mod buckets;
+mod calls;
+mod choose;
+mod config;
+mod copied;
+mod gradients;
+mod hooks;
+mod node_aware;
+mod reducer;
+mod staging;
+mod sum;
+mod views;
+
+use std::ops::Range;
+
+pub use calls::{
+    allreduce, check_collectives, cuda_aware, cuda_aware_compiled, CudaAware, RawComm,
+};
+pub use choose::{resolve_auto, Choice, RunChoice};
+pub use config::{
+    ExchangeArgs, ExchangeConfig, ExchangeMethod, FlagError, BUCKET_BYTES, DEFAULT_BUCKET_BYTES,
+    DEFAULT_FIRST_BUCKET_BYTES,
+};
+pub use gradients::{average_buffers, Gradients, SyncStats};
+pub use reducer::Reducer;
+pub use staging::{ExchangeBuffer, Staging};
+pub use sum::{unix_s, Backward, ExchangeTimes, Progress, Target};
+
+/// Why an exchange could not be carried out.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// libtorch refused an operation (a copy into or out of the buckets).
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+    /// A variable has no gradient yet.
+    #[error("trainable variable {0} has no gradient: run backward before synchronising")]
+    NoGradient(usize),
+    /// The settings do not fit the device or the MPI.
+    #[error("{0}")]
+    Config(String),
+    /// The exchanged values do not fit MPI's i32 counts.
+    #[error("{0} gradient values exceed what one MPI message can carry (2^31 − 1)")]
+    TooLarge(usize),
+}
+
+/// A group's exchange: its resolved configuration, its reducer and whether it overlaps with
+/// backward; valid while the group's communicator `'c` lives.
+pub struct Exchange<'c> {
+    cfg: ExchangeConfig,
+    reducer: Reducer<'c>,
+    overlap: bool,
+    one_rank: bool,
+}
+
+impl<'c> Exchange<'c> {
+    /// The exchange `cfg` asks for over `comm` (collective over `comm`: every rank of the
+    /// group calls it at the same point): `auto` resolved by timing both methods there if
+    /// the run has not resolved it before ([`choose::for_run`]), and the reducer built. The
+    /// overlap is `cfg`'s, which the command settled once with MPI's thread level
+    /// ([`ExchangeConfig::within`]).
+    pub fn new<C: RawComm>(comm: &'c C, cfg: &ExchangeConfig) -> Exchange<'c> {
+        let mut cfg = *cfg;
+        if cfg.method == ExchangeMethod::Auto {
+            cfg.method = choose::for_group(comm, &cfg).method;
+        }
+        Exchange {
+            reducer: Reducer::new(comm, cfg.method),
+            overlap: cfg.overlap,
+            one_rank: comm.size() == 1,
+            cfg,
+        }
+    }
+
+    /// The configuration as it runs (`auto` resolved), as the records hold it.
+    pub fn config(&self) -> &ExchangeConfig {
+        &self.cfg
+    }
+
+    /// Whether the buckets are reduced during backward ([`Progress::During`]).
+    pub fn overlaps(&self) -> bool {
+        self.overlap
+    }
+
+    /// Whether the group is this rank alone (the sums cross nothing: no bytes are sent).
+    pub fn alone(&self) -> bool {
+        self.one_rank
+    }
+
+    /// Sums, over the group, pieces of `sizes` elements laid one after another in `target`:
+    /// `fill(pieces, elems)` writes each bucket (its pieces, at those elements of the target)
+    /// before it goes; `progress` says when. Returns the exchange's times and the seconds
+    /// the caller waited for it once the values were there.
+    pub fn sum(
+        &self,
+        sizes: &[usize],
+        target: Target<'_>,
+        fill: &mut dyn FnMut(Range<usize>, Range<usize>),
+        progress: Progress<'_, '_>,
+    ) -> (ExchangeTimes, f64) {
+        let plan = buckets::plan(sizes, &self.cfg);
+        sum::sum(
+            &self.reducer,
+            (&plan, sizes.len()),
+            target,
+            fill,
+            (progress, self.overlap),
+        )
+    }
+
+    /// [`Exchange::sum`] over host memory, `fill` given each bucket as a slice.
+    pub fn sum_host(
+        &self,
+        sizes: &[usize],
+        buf: &mut [f32],
+        fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
+        progress: Progress<'_, '_>,
+    ) -> (ExchangeTimes, f64) {
+        let target = Target::host(buf);
+        let (base, len) = (target.base, target.len);
+        let mut fill_slice = |pieces: Range<usize>, elems: Range<usize>| {
+            assert!(elems.end <= len, "a bucket lies within the buffer");
+            // SAFETY: `elems` is one bucket of `buf` (borrowed for this call), filled before
+            // it is handed over and not touched by the communication thread until then.
+            let bucket =
+                unsafe { std::slice::from_raw_parts_mut(base.add(elems.start), elems.len()) };
+            fill(pieces, bucket)
+        };
+        self.sum(sizes, target, &mut fill_slice, progress)
+    }
+
+    /// [`Exchange::sum_host`] of pieces that lie one after another in `src`, copied into
+    /// `buf` bucket by bucket as each goes, after backward (`auto`'s probe, comm-bench).
+    pub fn sum_copied(&self, sizes: &[usize], src: &[f32], buf: &mut [f32]) -> ExchangeTimes {
+        let mut fill = |r: Range<usize>, dst: &mut [f32]| {
+            let start: usize = sizes[..r.start].iter().sum();
+            dst.copy_from_slice(&src[start..start + dst.len()]);
+        };
+        self.sum_host(sizes, buf, &mut fill, Progress::After).0
+    }
+}

@@ -1,0 +1,59 @@
+//! The drawing of which file imports which has no circle in `src/` or `records/src/`
+//! (docs/design.md, "Modules"): `scripts/import-cycles` finds none there, and finds the
+//! one planted in a crate written here.
+
+use std::path::Path;
+use std::process::Command;
+
+fn import_cycles(dirs: &[&Path]) -> std::process::Output {
+    Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/import-cycles"))
+        .args(dirs)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("python3 runs scripts/import-cycles")
+}
+
+#[test]
+fn no_file_of_aiperf_or_its_records_imports_itself_through_others() {
+    let out = import_cycles(&[Path::new("src"), Path::new("records/src")]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("src: ") && text.contains("no circle"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_planted_circle_is_named_file_by_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path();
+    std::fs::create_dir(src.join("net")).unwrap();
+    let files = [
+        ("lib.rs", "pub mod net;\npub mod store;\npub mod leaf;\n"),
+        ("net/mod.rs", "pub mod wire;\n"),
+        // wire -> store -> wire, through a `use` group and a path in code.
+        (
+            "net/wire.rs",
+            "use crate::{leaf, store::Shelf};\npub struct Frame;\n",
+        ),
+        ("store.rs", "pub struct Shelf(crate::net::wire::Frame);\n"),
+        // A test module's imports do not count.
+        (
+            "leaf.rs",
+            "pub fn f() {}\n#[cfg(test)]\nmod tests {\n    use crate::store::Shelf;\n}\n",
+        ),
+    ];
+    for (name, text) in files {
+        std::fs::write(src.join(name), text).unwrap();
+    }
+    let out = import_cycles(&[src]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("a circle of 2 files: net::wire, store"),
+        "{text}"
+    );
+    assert!(!text.contains("leaf"), "{text}");
+}
