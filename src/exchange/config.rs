@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::staging::Staging;
 
 /// The exchange's collective.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ExchangeMethod {
     /// The default: `hierarchical` where it measures faster on the run's groups at start-up,
@@ -33,6 +33,33 @@ impl ExchangeMethod {
             ExchangeMethod::Allreduce => "allreduce",
             ExchangeMethod::Hierarchical => "hierarchical",
         }
+    }
+}
+
+/// Methods earlier versions offered and recorded, no longer built: each measured slower than
+/// `allreduce` wherever ranks had a core each (docs/design.md, "Retired methods").
+const RETIRED: [&str; 2] = ["allreduce-pipelined", "reduce-bcast"];
+
+impl<'de> Deserialize<'de> for ExchangeMethod {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use clap::ValueEnum;
+        let name = String::deserialize(d)?;
+        let all = ExchangeMethod::value_variants();
+        if let Some(m) = all.iter().find(|m| m.name() == name) {
+            return Ok(*m);
+        }
+        let names: Vec<&str> = all.iter().map(|m| m.name()).collect();
+        let names = names.join(", ");
+        let message = if RETIRED.contains(&name.as_str()) {
+            format!(
+                "exchange method `{name}` was retired in this version of aiperf (it measured \
+                 slower than `allreduce`); write one of {names} instead, or resume a run \
+                 recorded with it using the aiperf version that started it"
+            )
+        } else {
+            format!("unknown exchange method `{name}`: expected one of {names}")
+        };
+        Err(serde::de::Error::custom(message))
     }
 }
 
@@ -183,10 +210,9 @@ mod tests {
         for m in ExchangeMethod::value_variants() {
             let flag = m.to_possible_value().unwrap();
             assert_eq!(m.name(), flag.get_name());
-            assert_eq!(
-                serde_json::to_string(m).unwrap(),
-                format!("\"{}\"", m.name())
-            );
+            let text = serde_json::to_string(m).unwrap();
+            assert_eq!(text, format!("\"{}\"", m.name()));
+            assert_eq!(serde_json::from_str::<ExchangeMethod>(&text).unwrap(), *m);
         }
     }
 
@@ -243,7 +269,16 @@ mod tests {
 
     #[test]
     fn a_retired_method_in_old_records_is_refused_by_name() {
-        let e = serde_json::from_str::<ExchangeMethod>("\"reduce-bcast\"").unwrap_err();
-        assert!(e.to_string().contains("reduce-bcast"), "{e}");
+        for old in RETIRED {
+            let e = serde_json::from_str::<ExchangeMethod>(&format!("\"{old}\"")).unwrap_err();
+            let e = e.to_string();
+            assert!(e.contains(old) && e.contains("retired"), "{e}");
+            assert!(e.contains("auto, allreduce, hierarchical"), "{e}");
+        }
+        let e = serde_json::from_str::<ExchangeMethod>("\"ring\"").unwrap_err();
+        assert!(
+            e.to_string().contains("unknown exchange method `ring`"),
+            "{e}"
+        );
     }
 }
