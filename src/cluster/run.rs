@@ -57,24 +57,7 @@ pub fn run_primary(
         let writer = PrimaryWriter::reopen(&ctx.results, state.stopped_s, ctx.clock.now())?;
         (writer, Some(state))
     } else {
-        let meta = RunMeta {
-            program_version: aiperf_records::version::short(),
-            config_json: config.to_json(),
-            start_time_s: ctx.t0_s,
-            world_size: world.size() as u32,
-            groups: groups as u32,
-            accelerators: (world.size() - 1) as u32,
-            hosts: ctx.hosts.clone(),
-            devices: start.devices.clone(),
-            platform: start.platform.clone(),
-            ceilings: start.ceilings.clone(),
-            seed: ctx.seed,
-            dataset: start.dataset.name.clone(),
-            start_architecture: preset.start.clone(),
-            precision: start.precision.clone(),
-            dataset_json: serde_json::to_string(&start.dataset).expect("plain data"),
-            search_json: serde_json::to_string(&search_record(preset)).expect("plain data"),
-        };
+        let meta = run_meta(world, ctx, config, start, groups);
         super::claim::confirm(&ctx.results, &ctx.claim)?;
         (PrimaryWriter::create(&ctx.results, &meta)?, None)
     };
@@ -113,6 +96,35 @@ pub fn run_primary(
         config.intervals.stall_timeout_s,
         ctx.results.display()
     )
+}
+
+/// What a fresh run's `primary.h5` records of itself at its start.
+fn run_meta(
+    world: &SimpleCommunicator,
+    ctx: &RunContext,
+    config: &RecordedConfig,
+    start: &StartRecord,
+    groups: usize,
+) -> RunMeta {
+    let preset = &config.preset;
+    RunMeta {
+        program_version: aiperf_records::version::short(),
+        config_json: config.to_json(),
+        start_time_s: ctx.t0_s,
+        world_size: world.size() as u32,
+        groups: groups as u32,
+        accelerators: (world.size() - 1) as u32,
+        hosts: ctx.hosts.clone(),
+        devices: start.devices.clone(),
+        platform: start.platform.clone(),
+        ceilings: start.ceilings.clone(),
+        seed: ctx.seed,
+        dataset: start.dataset.name.clone(),
+        start_architecture: preset.start.clone(),
+        precision: start.precision.clone(),
+        dataset_json: serde_json::to_string(&start.dataset).expect("plain data"),
+        search_json: serde_json::to_string(&search_record(preset)).expect("plain data"),
+    }
 }
 
 /// Rank 0's closing line: the run digest a reviewer checks the records against later.

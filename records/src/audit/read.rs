@@ -40,12 +40,48 @@ pub fn read(dir: &Path, run_digest: Option<&str>) -> Result<Option<AuditRecord>,
             message: format!("an audit of schema {version}, written by an older aiperf: move it away and audit again with this one"),
         });
     }
-    let values = AUDIT_ATTRS
-        .iter()
-        .map(|s| Ok((s.name, f.attr_value(s)?)))
-        .collect::<Result<Vec<_>, RecordError>>()?;
+    let audit = read_audit(&f, &path)?;
+    let judgement = judge(&audit);
+    let (audit_digest, mut problems) = check_seal(&f, &audit)?;
+    if audit.verdict != judgement.verdict {
+        problems.push(format!(
+            "audit.h5: its stored verdict {} is not what its figures give ({}): the audit was altered",
+            audit.verdict, judgement.verdict
+        ));
+    }
+    match run_digest {
+        Some(d) if d.eq_ignore_ascii_case(&audit.run_digest) => {}
+        _ => problems.push(format!(
+            "audit.h5 audits the records with run digest {}, not these ({}): it is another run's audit",
+            audit.run_digest,
+            run_digest.unwrap_or("none: the records are not sealed")
+        )),
+    }
+    Ok(Some(AuditRecord {
+        audit,
+        judgement,
+        audit_digest,
+        problems,
+    }))
+}
+
+/// The audit's attributes and rows as stored in `f` (at `path`).
+fn read_audit(f: &Source, path: &Path) -> Result<Audit, RecordError> {
     let u32a = |name: &str| f.attr::<u32>(name);
-    let audit = Audit {
+    let mode = match f.text(attr::MODE)?.as_str() {
+        "exact" => Mode::Exact,
+        "statistical" => Mode::Statistical,
+        other => {
+            return Err(RecordError::Hdf5 {
+                path: path.to_path_buf(),
+                message: format!(
+                    "attribute {}: {other:?} is neither \"exact\" nor \"statistical\": the audit was altered or written by another program",
+                    attr::MODE
+                ),
+            })
+        }
+    };
+    Ok(Audit {
         run_digest: f.text(attr::RUN_DIGEST)?,
         draw: f.attr(attr::DRAW)?,
         sample_seed: f.attr(attr::SAMPLE_SEED)?,
@@ -53,11 +89,7 @@ pub fn read(dir: &Path, run_digest: Option<&str>) -> Result<Option<AuditRecord>,
         epochs: u32a(attr::EPOCHS)?,
         ranks: u32a(attr::RANKS)?,
         threads: u32a(attr::THREADS)?,
-        mode: if f.text(attr::MODE)? == "exact" {
-            Mode::Exact
-        } else {
-            Mode::Statistical
-        },
+        mode,
         mode_reason: f.text(attr::MODE_REASON)?,
         seeds: u32a(attr::SEEDS)?,
         alpha: f.attr(attr::ALPHA)?,
@@ -66,7 +98,16 @@ pub fn read(dir: &Path, run_digest: Option<&str>) -> Result<Option<AuditRecord>,
         verdict: f.text(attr::VERDICT)?,
         rows: f.rows::<AuditRow>("epochs")?,
         seed_rows: f.rows::<SeedRow>("seeds")?,
-    };
+    })
+}
+
+/// The audit digest recomputed from `f`'s attributes (hex), and what breaks its seal: a row
+/// whose chained digest does not follow, or a stored digest or chain end that does not match.
+fn check_seal(f: &Source, audit: &Audit) -> Result<(String, Vec<String>), RecordError> {
+    let values = AUDIT_ATTRS
+        .iter()
+        .map(|s| Ok((s.name, f.attr_value(s)?)))
+        .collect::<Result<Vec<_>, RecordError>>()?;
     let mut problems = Vec::new();
     for (name, broken) in [
         (
@@ -97,27 +138,7 @@ pub fn read(dir: &Path, run_digest: Option<&str>) -> Result<Option<AuditRecord>,
     if !stored.eq_ignore_ascii_case(&recomputed) || ends_hold.contains(&false) {
         problems.push("audit.h5: its audit digest does not match its attributes and rows: the audit was altered".into());
     }
-    let judgement = judge(&audit);
-    if audit.verdict != judgement.verdict {
-        problems.push(format!(
-            "audit.h5: its stored verdict {} is not what its figures give ({}): the audit was altered",
-            audit.verdict, judgement.verdict
-        ));
-    }
-    match run_digest {
-        Some(d) if d.eq_ignore_ascii_case(&audit.run_digest) => {}
-        _ => problems.push(format!(
-            "audit.h5 audits the records with run digest {}, not these ({}): it is another run's audit",
-            audit.run_digest,
-            run_digest.unwrap_or("none: the records are not sealed")
-        )),
-    }
-    Ok(Some(AuditRecord {
-        audit,
-        judgement,
-        audit_digest: recomputed,
-        problems,
-    }))
+    Ok((recomputed, problems))
 }
 
 /// What `aiperf score` shows of an audit beside the run's verdict.

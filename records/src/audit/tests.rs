@@ -365,3 +365,26 @@ fn a_resealed_audit_whose_flag_contradicts_its_figures_is_not_trusted() {
         s.problems
     );
 }
+
+#[test]
+fn an_audit_whose_mode_is_neither_exact_nor_statistical_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = epoch_row();
+    let a = audit(Mode::Exact, vec![row(0, &r, &retrained(&r), 2.0)], vec![]);
+    let sealed = a.write(&tmp.path().join(AUDIT_FILE)).unwrap();
+    let path = tmp.path().join(AUDIT_FILE);
+    let f = hdf5::File::open_rw(&path).unwrap();
+    f.delete_attr(attr::MODE).unwrap();
+    crate::writer::write_text_attr(&f, &path, attr::MODE, "lenient").unwrap();
+    drop(f);
+    let e = read(tmp.path(), Some(&"ab".repeat(32)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(attr::MODE) && e.contains("\"lenient\" is neither"),
+        "{e}"
+    );
+    let s = summary(tmp.path(), Some(&"ab".repeat(32)), Some(&sealed)).unwrap();
+    assert_eq!((s.verdict.as_str(), s.verified), ("NOT TRUSTED", false));
+    assert!(s.problems[0].contains("lenient"), "{:?}", s.problems);
+}
