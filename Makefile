@@ -23,6 +23,7 @@ test: build
 lint: setup
 	scripts/cargo fmt --all --check
 	scripts/cargo clippy --release --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" scripts/cargo doc --release --workspace --no-deps
 
 bench-data: data
 	scripts/bench-data

@@ -186,7 +186,11 @@ fn main() -> anyhow::Result<()> {
         precision: args.precision,
         memory_format: args.memory_format,
         // MPI initialised without threads: the exchange after backward.
-        exchange: aiperf::exchange::ExchangeConfig::default().within(mpi::Threading::Single),
+        exchange: aiperf::exchange::ExchangeConfig {
+            method: aiperf::exchange::ExchangeMethod::Allreduce,
+            ..aiperf::exchange::ExchangeConfig::default()
+        }
+        .within(mpi::Threading::Single),
         trace_steps: 0,
         augment_on: aiperf::train::AugmentOn::Auto,
     };

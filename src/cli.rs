@@ -2,8 +2,14 @@
 //! flags (done before any I/O; each error names its flag). `aiperf run`'s flags are
 //! [`crate::config::RunFlags`].
 
+// The doc comments of clap's types are the `--help` text, where `<run-id>` is meant
+// literally, not as HTML.
+#![allow(rustdoc::invalid_html_tags)]
+
 use std::path::PathBuf;
 
+use aiperf_records::audit::{DEFAULT_ALPHA, DEFAULT_SEEDS, DEFAULT_TRIALS};
+use anyhow::bail;
 use clap::{Parser, Subcommand};
 
 use crate::arch::Shape;
@@ -48,7 +54,7 @@ pub enum Command {
     Score(aiperf_records::cli::ScoreArgs),
     /// The residual check, under MPI like the run: re-train a sample of the recorded trials
     /// (drawn from the run digest) and compare every epoch with its record; writes audit.h5.
-    Audit(crate::commands::AuditArgs),
+    Audit(AuditArgs),
 }
 
 /// `aiperf doctor`'s flags.
@@ -196,7 +202,8 @@ fn range<T: PartialOrd + std::fmt::Display>(flag: &str, v: T, lo: T, hi: T) -> a
 pub const MAX_COMM_BYTES: u64 = 1 << 30;
 
 impl CommBenchArgs {
-    /// The exchange the `exchange` and `hierarchical` methods time (after [`Self::validate`]).
+    /// The exchange the `exchange`, `exchange-copy` and `hierarchical` methods time (after
+    /// [`Self::validate`]).
     pub fn exchange_config(&self) -> crate::exchange::ExchangeConfig {
         self.exchange.config().unwrap_or_default()
     }
@@ -288,4 +295,95 @@ pub fn long_version() -> String {
         fingerprint.summary(),
         serde_json::to_string(&fingerprint).expect("plain data")
     )
+}
+
+/// How the audit may compare (`--mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeChoice {
+    /// Exact where the platform, rank count and threads are the run's, else statistical.
+    Auto,
+    /// Statistical even where exactness is possible (to measure the spread on site).
+    Statistical,
+}
+
+/// `aiperf audit`'s flags.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AuditArgs {
+    /// The run's records folder (results/<run-id>/); audit.h5 is written there.
+    pub dir: PathBuf,
+    /// Trials to draw (the sample; the trial with the best accuracy is always added; more
+    /// than the run has takes them all).
+    #[arg(long, default_value_t = DEFAULT_TRIALS)]
+    pub trials: usize,
+    /// Epochs of each drawn trial to re-train and compare (at most its recorded epochs; the
+    /// best trial up to the epoch that reached its accuracy).
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u32,
+    /// The dataset's folder (default: the one the run recorded, else $AIPERF_DATA/<dataset>).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// CPU threads per rank (default: the run's, from its recorded devices).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Exact where possible (auto), or statistical regardless.
+    #[arg(long, value_enum, default_value_t = ModeChoice::Auto)]
+    pub mode: ModeChoice,
+    /// Re-trainings per sampled epoch in statistical mode (the recorded seed and S − 1
+    /// more), and with --timed the repeats of the recorded seed.
+    #[arg(long, default_value_t = DEFAULT_SEEDS)]
+    pub seeds: u32,
+    /// Family-wise false-alarm rate of the statistical mode (Bonferroni over every value
+    /// compared).
+    #[arg(long, default_value_t = DEFAULT_ALPHA)]
+    pub alpha: f64,
+    /// The draw (16 hex digits) that chooses the sample with the run digest; default: fresh
+    /// randomness. Give the one an audit printed to repeat its sample.
+    #[arg(long, value_parser = parse_draw)]
+    pub draw: Option<u64>,
+    /// Also compare each epoch's time with the recorded one (exact mode only: on the run's
+    /// own machine), confirming the throughput on site.
+    #[arg(long)]
+    pub timed: bool,
+}
+
+/// `--draw`: 1 to 16 hex digits, an optional `0x` before them.
+fn parse_draw(s: &str) -> Result<u64, String> {
+    let digits = s.strip_prefix("0x").unwrap_or(s);
+    u64::from_str_radix(digits, 16).map_err(|e| {
+        format!("{s:?} is not 1 to 16 hex digits ({e}): give the draw an audit printed")
+    })
+}
+
+impl AuditArgs {
+    /// Range checks, before any I/O.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.trials == 0 || self.trials > 10_000 {
+            bail!("--trials {}: re-train 1 to 10000 trials", self.trials);
+        }
+        if self.epochs == 0 || self.epochs > 10_000 {
+            bail!(
+                "--epochs {}: re-train 1 to 10000 epochs per trial",
+                self.epochs
+            );
+        }
+        if self.threads.is_some_and(|t| t == 0 || t > 1024) {
+            bail!("--threads: 1 to 1024 per rank");
+        }
+        if !(2..=64).contains(&self.seeds) {
+            bail!(
+                "--seeds {}: 2 to 64 re-trainings per epoch (a spread needs two)",
+                self.seeds
+            );
+        }
+        if !(self.alpha > 0.0 && self.alpha < 0.5) {
+            bail!(
+                "--alpha {}: a false-alarm rate between 0 and 0.5 (default {DEFAULT_ALPHA})",
+                self.alpha
+            );
+        }
+        if self.timed && self.mode == ModeChoice::Statistical {
+            bail!("--timed compares epoch times on the run's own platform: it needs the exact mode, not --mode statistical");
+        }
+        Ok(())
+    }
 }

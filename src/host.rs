@@ -87,3 +87,11 @@ pub fn device_label(d: tch::Device) -> String {
         _ => "cpu".into(),
     }
 }
+
+/// This machine's Unix time, seconds (a rank's own clock: the common clock subtracts its
+/// offset, `crate::cluster::clock`).
+pub fn unix_s() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

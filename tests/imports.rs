@@ -1,6 +1,7 @@
-//! The drawing of which file imports which has no circle in `src/` or `records/src/`
-//! (docs/design.md, "Modules"): `scripts/import-cycles` finds none there, and finds the
-//! one planted in a crate written here.
+//! The drawing of which file imports which, and of which module imports which of its
+//! siblings, has no circle in `src/` or `records/src/` (docs/design.md, "Modules"):
+//! `scripts/import-cycles` finds none there, and finds the ones planted in crates written
+//! here.
 
 use std::path::Path;
 use std::process::Command;
@@ -56,4 +57,61 @@ fn a_planted_circle_is_named_file_by_file() {
         "{text}"
     );
     assert!(!text.contains("leaf"), "{text}");
+}
+
+#[test]
+fn circles_through_a_re_export_or_between_sibling_modules_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path();
+    for d in ["a", "commands"] {
+        std::fs::create_dir(src.join(d)).unwrap();
+    }
+    let files = [
+        (
+            "lib.rs",
+            "pub mod a;\npub mod b;\npub mod cli;\npub mod commands;\n",
+        ),
+        // a::inner -> b -> a::Thing, which a re-exports from a::inner.
+        ("a/mod.rs", "mod inner;\npub use inner::Thing;\n"),
+        ("a/inner.rs", "pub struct Thing(crate::b::Other);\n"),
+        (
+            "b.rs",
+            "pub struct Other;\npub fn f(_: &crate::a::Thing) {}\n",
+        ),
+        // cli -> commands (its mod.rs) and commands::tools -> cli: no two files import each
+        // other, but the two modules do.
+        (
+            "cli.rs",
+            "pub enum Command { Audit(crate::commands::Args) }\n",
+        ),
+        (
+            "commands/mod.rs",
+            "pub mod tools;\n#[cfg(test)]\nmod tests;\npub struct Args;\n",
+        ),
+        ("commands/tools.rs", "use crate::cli::Command;\n"),
+        // A test module in its own file does not count.
+        ("commands/tests.rs", "use crate::a::Thing;\n"),
+    ];
+    for (name, text) in files {
+        std::fs::write(src.join(name), text).unwrap();
+    }
+    let out = import_cycles(&[src]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("a circle of 2 files: a::inner, b"), "{text}");
+    assert!(
+        text.contains("a circle of 2 sibling modules: cli, commands"),
+        "{text}"
+    );
+    assert!(!text.contains("commands::tests"), "{text}");
+    // Without the two offending imports, none is left.
+    std::fs::write(src.join("b.rs"), "pub struct Other;\n").unwrap();
+    std::fs::write(src.join("commands/tools.rs"), "pub fn g() {}\n").unwrap();
+    let out = import_cycles(&[src]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("no circle between files or sibling modules"),
+        "{text}"
+    );
 }

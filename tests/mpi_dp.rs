@@ -287,7 +287,7 @@ fn coll_han_is_refused_before_an_in_place_reduction_can_crash() {
 }
 
 /// Buckets of 1 MiB or more that follow another bucket wait at a barrier first
-/// (`inplace::SYNC_BYTES`: back-to-back reductions across TCP nodes lost a third of their
+/// (`SYNC_BYTES` in src/exchange/calls.rs: back-to-back reductions across TCP nodes lost a third of their
 /// bandwidth without one). Every rank must make the same calls: 4 MiB in 1 MiB buckets over
 /// 3 ranks, every method, completes (a rank skipping a barrier would leave the others
 /// waiting until the time limit) and reports the same bytes for every method.

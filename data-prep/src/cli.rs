@@ -1,6 +1,10 @@
 //! `aiperf-data-prep`'s command line (clap's types), in the library so that tests parse the
 //! documented commands with the same definitions the binary uses.
 
+// The doc comments of clap's types are the `--help` text, where `<run-id>` is meant
+// literally, not as HTML.
+#![allow(rustdoc::invalid_html_tags)]
+
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};

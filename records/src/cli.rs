@@ -1,5 +1,9 @@
 //! The `score` command, shared by `aiperf score` and the reviewer's `aiperf-score`.
 
+// The doc comments of clap's types are the `--help` text, where `<run-id>` is meant
+// literally, not as HTML.
+#![allow(rustdoc::invalid_html_tags)]
+
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;

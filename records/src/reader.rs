@@ -1,7 +1,7 @@
 //! Reading a run's records back, checking the schema version, the run's attributes against
 //! each other (so that a damaged count cannot send the reader after billions of group
 //! files) and every row's values, and collecting warnings (missing groups, a run that did
-//! not stop cleanly) for the report. File access itself is guarded in [`crate::source`].
+//! not stop cleanly) for the report. File access itself is guarded in `source`.
 
 use std::path::{Path, PathBuf};
 
@@ -66,7 +66,8 @@ pub struct RunInfo {
     pub primary_chains: Option<Vec<ChainEnd>>,
     /// The run digest recorded at a clean stop, hex.
     pub run_digest: Option<String>,
-    /// Every sealed attribute as stored, in [`PRIMARY_ATTRS`] order (the run digest's input).
+    /// Every sealed attribute as stored, in [`crate::schema::PRIMARY_ATTRS`] order (the run
+    /// digest's input).
     #[serde(skip)]
     pub sealed: Vec<(&'static str, Option<AttrValue>)>,
     /// Attributes of `primary.h5` that the schema does not have (nothing seals them).

@@ -3,21 +3,12 @@
 //! shortest round-trip time, assuming the reply's midpoint), so records written on any
 //! node carry times on rank 0's clock.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use mpi::collective::Root;
 use mpi::point_to_point::{Destination, Source};
 use mpi::traits::Communicator;
 
 /// Round trips per rank.
 const PINGS: usize = 8;
-
-/// This machine's Unix time in seconds.
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
 
 /// A rank's view of the common clock.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -31,7 +22,7 @@ pub struct Clock {
 impl Clock {
     /// Now on the common clock.
     pub fn now(&self) -> f64 {
-        unix_now() - self.offset_s
+        crate::host::unix_s() - self.offset_s
     }
 }
 
@@ -45,10 +36,10 @@ pub fn synchronise<C: Communicator>(world: &C) -> (Clock, Vec<(f64, f64)>) {
             let peer = world.process_at_rank(r);
             let mut best = (f64::INFINITY, 0.0);
             for _ in 0..PINGS {
-                let sent = unix_now();
+                let sent = crate::host::unix_s();
                 peer.send(&[sent][..]);
                 let (remote, _) = peer.receive::<f64>();
-                let back = unix_now();
+                let back = crate::host::unix_s();
                 let rtt = back - sent;
                 if rtt < best.0 {
                     best = (rtt, remote - 0.5 * (sent + back));
@@ -61,7 +52,7 @@ pub fn synchronise<C: Communicator>(world: &C) -> (Clock, Vec<(f64, f64)>) {
         let root = world.process_at_rank(0);
         for _ in 0..PINGS {
             let (_, _) = root.receive_vec::<f64>();
-            root.send(&unix_now());
+            root.send(&crate::host::unix_s());
         }
     }
     world.process_at_rank(0).broadcast_into(&mut table[..]);

@@ -160,9 +160,10 @@ pub fn sweep<C: RawComm>(
         overlap: false,
         ..*cfg
     };
+    let named = "both methods are named, neither is auto";
     let ex = Exchanges {
-        flat: Exchange::new(comm, &with(ExchangeMethod::Allreduce)),
-        node_aware: Exchange::new(comm, &with(ExchangeMethod::Hierarchical)),
+        flat: Exchange::new(comm, &with(ExchangeMethod::Allreduce)).expect(named),
+        node_aware: Exchange::new(comm, &with(ExchangeMethod::Hierarchical)).expect(named),
     };
     let mut rows = Vec::new();
     for &bytes in sizes {

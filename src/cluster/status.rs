@@ -1,7 +1,16 @@
 //! Rank 0's status line for batch logs (elapsed, trials, epochs, OPS, best accuracy) every
 //! `--status-interval` seconds, and the process's CPU time.
 
-use super::primary::Totals;
+/// Running totals for the status line.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Totals {
+    /// Epochs completed.
+    pub epochs: u64,
+    /// Their operations.
+    pub ops: u128,
+    /// Best validation accuracy.
+    pub best: f64,
+}
 
 /// When the next line is due.
 #[derive(Clone, Debug)]

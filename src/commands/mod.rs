@@ -12,7 +12,7 @@ mod run;
 
 use mpi::environment::Universe;
 
-pub use audit::{audit, AuditArgs, AuditFailed, DataDiffers, ModeChoice};
+pub use audit::{audit, AuditFailed, DataDiffers};
 pub use mpi_tools::{comm_bench, doctor, dp_check};
 pub use offline::{data_check, ops, search_sim};
 pub use run::run;

@@ -2,6 +2,10 @@
 //! run's operational settings. Every value is optional here, so that a resumed run can tell
 //! a flag the user gave from a default; [`super::RecordedConfig`] applies them in one step.
 
+// The doc comments of clap's types are the `--help` text, where `<run-id>` is meant
+// literally, not as HTML.
+#![allow(rustdoc::invalid_html_tags)]
+
 use std::path::PathBuf;
 
 use crate::arch::Shape;

@@ -9,7 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use tch::{Device, Kind, Tensor};
 
 use super::augment::{self, Augment, Taps};
-use super::tensor::{host_slice, host_tensor};
+use super::host_memory::{host_slice, host_tensor};
 use super::DataError;
 
 /// Whether `aug` can run on the device (crop-flip's zero padding stays on the host).

@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::seeds::mix;
 
 use super::augment::{self, Affine, Augment, Shape};
-use super::tensor::{host_slice, host_tensor};
+use super::host_memory::{host_slice, host_tensor};
 use super::{device_aug, DataError};
 
 /// How a rank loads one split.

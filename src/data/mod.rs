@@ -4,15 +4,16 @@
 
 mod augment;
 pub mod device_aug;
+mod host_memory;
 mod loader;
 mod tensor;
 
 pub use aiperf_data_prep::{split_path, Header, Pack};
 pub use augment::Augment;
+pub(crate) use host_memory::host_slice;
 pub use loader::{
     epoch_order, shard_range, Batch, EpochIter, Images, Loader, LoaderConfig, Output,
 };
-pub(crate) use tensor::host_slice;
 
 /// Why data could not be loaded.
 #[derive(Debug, thiserror::Error)]

@@ -6,31 +6,6 @@ use tch::{Device, Kind, Tensor};
 
 use super::{Batch, DataError, Images};
 
-/// An uninitialised contiguous host tensor of `dims`, page-locked when `pinned`.
-pub(crate) fn host_tensor(dims: [usize; 4], kind: Kind, pinned: bool) -> Result<Tensor, DataError> {
-    let t = Tensor::f_empty(dims.map(|d| d as i64), (kind, Device::Cpu))?;
-    // `_pin_memory`: `pin_memory(device)` would warn (twice) on every call that its device
-    // argument is deprecated, and tch has no form without it.
-    Ok(if pinned {
-        t.f_internal_pin_memory(Device::Cuda(0))?
-    } else {
-        t
-    })
-}
-
-/// The elements of a contiguous host tensor of element type `T`, writable.
-///
-/// # Safety
-/// `t` must be a contiguous CPU tensor of `T`s that nothing else reads or writes while the
-/// slice lives.
-pub(crate) unsafe fn host_slice<T>(t: &mut Tensor) -> &mut [T] {
-    let n = t.numel();
-    if n == 0 {
-        return &mut [];
-    }
-    std::slice::from_raw_parts_mut(t.data_ptr().cast::<T>(), n)
-}
-
 impl Batch {
     /// The batch as (images N×C×H×W float32, labels N int64) on `device`.
     pub fn to_tensors(&self, device: Device) -> Result<(Tensor, Tensor), DataError> {

@@ -203,9 +203,8 @@ fn decide(groups: &[Choice]) -> ExchangeMethod {
     }
 }
 
-/// The choice for one group (collective over `comm`): where [`for_run`] has not resolved
-/// `auto` for the whole job before, the group's exchange resolves it so.
-pub(super) fn for_group<C: RawComm>(comm: &C, cfg: &ExchangeConfig) -> Choice {
+/// The choice for one group (collective over `comm`), which [`for_run`] gathers.
+fn for_group<C: RawComm>(comm: &C, cfg: &ExchangeConfig) -> Choice {
     let node_aware::Layout { nodes, most, .. } = node_aware::layout(comm);
     let mut made = Choice {
         method: ExchangeMethod::Allreduce,
@@ -238,16 +237,12 @@ fn time_both<C: RawComm>(comm: &C, cfg: &ExchangeConfig, large: u64) -> (f64, f6
         ..*cfg
     };
     // Both exchanges built once (the node-aware one splits `comm` by node, collectively).
-    let exchanges = [
-        Exchange::new(comm, &probe),
-        Exchange::new(
-            comm,
-            &ExchangeConfig {
-                method: ExchangeMethod::Hierarchical,
-                ..probe
-            },
-        ),
-    ];
+    let hierarchical = ExchangeConfig {
+        method: ExchangeMethod::Hierarchical,
+        ..probe
+    };
+    let exchanges = [&probe, &hierarchical]
+        .map(|c| Exchange::new(comm, c).expect("both methods are named, neither is auto"));
     let sizes = [(SMALL_BYTES / 4) as usize, (large / 4) as usize];
     let src = vec![1e-3f32; sizes.iter().sum()];
     let mut buf = vec![0f32; src.len()];

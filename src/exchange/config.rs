@@ -12,7 +12,7 @@ use super::staging::Staging;
 #[serde(rename_all = "kebab-case")]
 pub enum ExchangeMethod {
     /// The default: `hierarchical` where it measures faster on the run's groups at start-up,
-    /// else `allreduce` ([`super::choose`]; resolved before anything is recorded or
+    /// else `allreduce` ([`super::resolve_auto`]; resolved before anything is recorded or
     /// exchanged).
     Auto,
     /// Buckets reduced in place by blocking `MPI_Allreduce`, each as soon as it is filled
@@ -21,7 +21,7 @@ pub enum ExchangeMethod {
     /// Node-aware, per bucket as it is filled: each node's share i of the bucket summed onto
     /// its rank i over shared memory, all-reduced across the nodes among the ranks i, gathered
     /// back inside the node (with unequal nodes: onto the first ranks and broadcast back;
-    /// [`super::node_aware`]).
+    /// `src/exchange/node_aware.rs`).
     Hierarchical,
 }
 
@@ -132,7 +132,8 @@ pub struct ExchangeArgs {
     /// Where the exchange's buffer is: host (gradients copied through a host buffer, pinned
     /// for CUDA tensors), device (gradients as views of one tensor handed to MPI as it is:
     /// CUDA needs a CUDA-aware MPI), or auto (device when the MPI says it is CUDA-aware; on
-    /// the CPU the gradients are views all the same) [default: auto].
+    /// the CPU the gradients are views all the same; `host` there copies them through a
+    /// buffer, a diagnostic for before/after studies) [default: auto].
     #[arg(long, value_enum)]
     pub exchange_staging: Option<Staging>,
     /// Reduce the buckets after backward instead of during it (a diagnostic for before/after

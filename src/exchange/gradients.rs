@@ -10,35 +10,7 @@ use super::copied::{self, Values};
 use super::hooks::GradHooks;
 use super::staging::ExchangeBuffer;
 use super::views::GradViews;
-use super::{Exchange, ExchangeError, ExchangeTimes, Progress};
-
-/// What one exchange cost.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct SyncStats {
-    /// Bytes sent by this rank (the buckets, once).
-    pub bytes: u64,
-    /// Seconds the caller waited for the exchange once the values were there (during
-    /// backward: after backward returned).
-    pub seconds: f64,
-    /// Whether every exchanged value's sum is finite (the same on every rank).
-    pub finite: bool,
-    /// Each bucket's (start, end), Unix seconds (for `--trace-steps`).
-    pub buckets: Vec<(f64, f64)>,
-}
-
-impl SyncStats {
-    /// The figures of an exchange of `elems` f32s (a group of one rank sends nothing,
-    /// whatever the call costs). `finite` is the same on every rank, as the sums are.
-    pub(super) fn of(ex: &Exchange<'_>, elems: usize, times: ExchangeTimes, finite: bool) -> Self {
-        let sent = if ex.alone() { 0 } else { elems };
-        SyncStats {
-            bytes: (sent * std::mem::size_of::<f32>()) as u64,
-            seconds: times.seconds,
-            buckets: times.buckets,
-            finite,
-        }
-    }
-}
+use super::{Exchange, ExchangeError, Progress, SyncStats};
 
 /// The gradients of one trial's trainable variables.
 pub struct Gradients {

@@ -1,17 +1,19 @@
 //! The gradient exchange: how a replica group sums its ranks' gradients (and batch-norm
 //! statistics), each weighted by its share of the global batch, so that every rank applies
 //! the same update and holds bit-identical parameters. One way in: an [`Exchange`], built
-//! once per trial (or sweep) from one [`ExchangeConfig`] — `auto` resolved by a start-up
-//! probe ([`resolve_auto`]), the [`Reducer`] (flat or node-aware) built with its communicators,
-//! whether it overlaps with backward asked of MPI — and given buckets to sum
+//! once per trial (or sweep) from one [`ExchangeConfig`] — its method resolved once per
+//! command by a start-up probe ([`resolve_auto`]), its overlap with backward settled once
+//! from MPI's thread level ([`ExchangeConfig::within`]), its [`Reducer`] (flat or node-aware)
+//! built with its communicators — and given buckets to sum
 //! ([`Exchange::sum`]): the trainers and `dp-check` through [`Gradients`], the emulated
 //! trainer, `comm-bench` and the probe directly.
 //!
 //! Each file owns one thing: `config` the settings and the flags, `buckets` the bucket plan,
 //! `sum` the one summing loop and its communication thread, `reducer` the method,
 //! `node_aware` the node-aware reduction, `calls` the raw MPI calls, `staging` where the
-//! buffer lies, `hooks` the autograd hooks, `gradients` a trial's gradients (as views of
-//! the buckets or copied through a buffer), `choose` the `auto` probe.
+//! buffer lies, `hooks` the autograd hooks, `gradients` a trial's gradients, held either
+//! as views of the buckets (`views`) or copied through a buffer (`copied`), `choose` the
+//! `auto` probe.
 
 mod buckets;
 mod calls;
@@ -36,10 +38,10 @@ pub use config::{
     ExchangeArgs, ExchangeConfig, ExchangeMethod, FlagError, BUCKET_BYTES, DEFAULT_BUCKET_BYTES,
     DEFAULT_FIRST_BUCKET_BYTES,
 };
-pub use gradients::{average_buffers, Gradients, SyncStats};
+pub use gradients::{average_buffers, Gradients};
 pub use reducer::Reducer;
 pub use staging::{ExchangeBuffer, Staging};
-pub use sum::{unix_s, Backward, ExchangeTimes, Progress, Target};
+pub use sum::{Backward, ExchangeTimes, Progress, SyncStats, Target};
 
 /// Why an exchange could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -68,22 +70,26 @@ pub struct Exchange<'c> {
 }
 
 impl<'c> Exchange<'c> {
-    /// The exchange `cfg` asks for over `comm` (collective over `comm`: every rank of the
-    /// group calls it at the same point): `auto` resolved by timing both methods there if
-    /// the run has not resolved it before ([`choose::for_run`]), and the reducer built. The
-    /// overlap is `cfg`'s, which the command settled once with MPI's thread level
-    /// ([`ExchangeConfig::within`]).
-    pub fn new<C: RawComm>(comm: &'c C, cfg: &ExchangeConfig) -> Exchange<'c> {
-        let mut cfg = *cfg;
-        if cfg.method == ExchangeMethod::Auto {
-            cfg.method = choose::for_group(comm, &cfg).method;
-        }
-        Exchange {
-            reducer: Reducer::new(comm, cfg.method),
+    /// The exchange `cfg` asks for over `comm`, its reducer built (collective over `comm`:
+    /// every rank of the group calls it at the same point). `cfg`'s method is resolved:
+    /// `auto` is settled once per command by [`resolve_auto`], and an exchange asked to be
+    /// `auto` is refused. The overlap is `cfg`'s, which the command settled once with MPI's
+    /// thread level ([`ExchangeConfig::within`]).
+    pub fn new<C: RawComm>(
+        comm: &'c C,
+        cfg: &ExchangeConfig,
+    ) -> Result<Exchange<'c>, ExchangeError> {
+        let reducer = Reducer::new(comm, cfg.method).ok_or_else(|| {
+            ExchangeError::Config(
+                "exchange auto reached a group unresolved: resolve_auto settles it once per run, before any exchange is built".into(),
+            )
+        })?;
+        Ok(Exchange {
+            reducer,
             overlap: cfg.overlap,
             one_rank: comm.size() == 1,
-            cfg,
-        }
+            cfg: *cfg,
+        })
     }
 
     /// The configuration as it runs (`auto` resolved), as the records hold it.

@@ -25,27 +25,19 @@ enum Kind {
 }
 
 impl<'c> Reducer<'c> {
-    /// The reducer of `method` (resolved: not `auto`) over `comm`; collective over `comm`
-    /// for the node-aware one, which splits it by node.
-    pub fn new<C: RawComm>(comm: &'c C, method: ExchangeMethod) -> Reducer<'c> {
+    /// The reducer of `method` over `comm` (collective over `comm` for the node-aware one,
+    /// which splits it by node); `None` for `auto`, which names no reducer until
+    /// [`super::resolve_auto`] has settled it. The one place a method is matched.
+    pub fn new<C: RawComm>(comm: &'c C, method: ExchangeMethod) -> Option<Reducer<'c>> {
         let kind = match method {
             ExchangeMethod::Hierarchical => Kind::NodeAware(Topology::of(comm)),
-            // `auto` is resolved before a reducer is built ([`super::choose`]); unresolved it
-            // is the flat one.
-            ExchangeMethod::Allreduce | ExchangeMethod::Auto => Kind::Flat(comm.as_raw()),
+            ExchangeMethod::Allreduce => Kind::Flat(comm.as_raw()),
+            ExchangeMethod::Auto => return None,
         };
-        Reducer {
+        Some(Reducer {
             kind,
             _comm: PhantomData,
-        }
-    }
-
-    /// The method this reducer carries out.
-    pub fn method(&self) -> ExchangeMethod {
-        match self.kind {
-            Kind::Flat(_) => ExchangeMethod::Allreduce,
-            Kind::NodeAware(_) => ExchangeMethod::Hierarchical,
-        }
+        })
     }
 
     /// Sums the `len` f32s at `data` over the group, in place. A bucket that `follows`

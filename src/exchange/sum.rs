@@ -8,7 +8,7 @@
 //! shared memory progresses a collective only inside MPI calls, so the thread makes blocking
 //! calls (which progress themselves); the last bucket, as a rule ready only as backward
 //! ends, the step's own thread reduces once the thread is done. MPI must run with at least
-//! `MPI_THREAD_SERIALIZED` (asked of MPI by [`super::Exchange::new`]): while the thread
+//! `MPI_THREAD_SERIALIZED` ([`super::ExchangeConfig::within`]): while the thread
 //! reduces, the step makes no MPI call. On CUDA the thread reducing a bucket waits for the
 //! device's kernels first.
 //!
@@ -23,13 +23,6 @@ use std::time::Instant;
 
 use super::buckets::{Bucket, Readiness};
 use super::Reducer;
-
-/// This machine's Unix time, seconds (the spans of a trace; ranks add their clock offset).
-pub fn unix_s() -> f64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
-}
 
 /// What one exchange took: seconds from the first fill to the last completion, and each
 /// bucket's (start, end) in Unix seconds — from the moment its reduction was started to the
@@ -116,11 +109,11 @@ pub(super) fn reduce_bucket(
         // MPI reads device memory: the kernels that wrote the bucket must be done.
         tch::Cuda::synchronize(i as i64);
     }
-    let started = unix_s();
+    let started = crate::host::unix_s();
     // SAFETY: `elems` lies within the target (checked by `sum`), no other bucket overlaps
     // it, nothing else uses it until this returns, and only this thread calls MPI now.
     unsafe { reducer.reduce(base.add(elems.start), elems.len(), k > 0) };
-    (started, unix_s())
+    (started, crate::host::unix_s())
 }
 
 /// Sums the buckets `plan` of `target` (pieces of `pieces` count) over the reducer's group:
@@ -284,4 +277,37 @@ pub(super) fn threaded(
         buckets[k] = (a, b);
     }
     (buckets, waited)
+}
+
+/// What one exchange cost.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SyncStats {
+    /// Bytes sent by this rank (the buckets, once).
+    pub bytes: u64,
+    /// Seconds the caller waited for the exchange once the values were there (during
+    /// backward: after backward returned).
+    pub seconds: f64,
+    /// Whether every exchanged value's sum is finite (the same on every rank).
+    pub finite: bool,
+    /// Each bucket's (start, end), Unix seconds (for `--trace-steps`).
+    pub buckets: Vec<(f64, f64)>,
+}
+
+impl SyncStats {
+    /// The figures of an exchange of `elems` f32s (a group of one rank sends nothing,
+    /// whatever the call costs). `finite` is the same on every rank, as the sums are.
+    pub(super) fn of(
+        ex: &super::Exchange<'_>,
+        elems: usize,
+        times: ExchangeTimes,
+        finite: bool,
+    ) -> Self {
+        let sent = if ex.alone() { 0 } else { elems };
+        SyncStats {
+            bytes: (sent * std::mem::size_of::<f32>()) as u64,
+            seconds: times.seconds,
+            buckets: times.buckets,
+            finite,
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //! and simulated annealing over the search tree (T from 1.0, ×0.5 per step, down to 1e-4;
 //! 8 neighbours per expansion) picks the best unseen neighbour. Neighbours, distances and the
 //! fit run on a rayon pool of configurable size; the process is fitted on at most
-//! [`MAX_FIT`] trained models ([`fitset`]), so a proposal's work stays bounded as the
+//! [`MAX_FIT`] trained models (`fitset`), so a proposal's work stays bounded as the
 //! history grows to the paper's thousands; every random draw is seeded per step and
 //! neighbour, so the result depends only on the seed, never on the pool size.
 
@@ -56,7 +56,7 @@ pub struct BayesConfig {
     pub seed: u64,
     /// Growth limits of the morphisms.
     pub limits: Limits,
-    /// Most trained models the Gaussian process is fitted on ([`fitset`]): bounds a
+    /// Most trained models the Gaussian process is fitted on (`src/search/bayes/fitset.rs`): bounds a
     /// proposal's work at paper-scale histories.
     pub max_fit: usize,
 }

@@ -17,8 +17,8 @@ use super::{all_variables, float_buffers, synchronize, TrainError};
 use crate::arch::{cifar_resnet, CifarResnetConfig, Shape};
 use crate::data::shard_range;
 use crate::exchange::{
-    average_buffers, unix_s, Exchange, ExchangeBuffer, ExchangeConfig, ExchangeMethod, Gradients,
-    RawComm, RunChoice,
+    average_buffers, Exchange, ExchangeBuffer, ExchangeConfig, ExchangeMethod, Gradients, RawComm,
+    RunChoice,
 };
 use crate::model::Net;
 
@@ -77,7 +77,7 @@ fn backward_and_exchange(
         loss.f_backward()?;
         // Backward has ended when its kernels have.
         synchronize(loss.device());
-        backward_end = unix_s();
+        backward_end = crate::host::unix_s();
         Ok(())
     };
     let overlapped = grads.overlaps();
@@ -117,7 +117,7 @@ pub fn dp_check<C: RawComm>(
     device: Device,
 ) -> Result<DpReport, TrainError> {
     let (rank, size) = (comm.rank() as usize, comm.size() as usize);
-    let ex = Exchange::new(comm, cfg);
+    let ex = Exchange::new(comm, cfg)?;
     let (vs, net) = check_model(device);
     let mut opt = nn::Sgd {
         momentum: 0.9,

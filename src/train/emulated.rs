@@ -13,7 +13,7 @@ use mpi::traits::Communicator;
 
 use super::simulated::SimTrial;
 use super::{exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun, TrialSpec};
-use crate::exchange::{unix_s, Exchange, ExchangeConfig, ExchangeError, ExchangeTimes, Progress};
+use crate::exchange::{Exchange, ExchangeConfig, ExchangeError, ExchangeTimes, Progress};
 use crate::ops::OpCount;
 use aiperf_records::schema::EpochFigures;
 
@@ -61,7 +61,7 @@ impl Trainer for EmulatedTrainer {
     ) -> Result<Box<dyn TrialRun + 'c>, TrainError> {
         let trial = SimTrial::for_group(spec, comm, self.ops_per_s, self.images, self.seed)?;
         // Collective over the group, like the trial's exchanges.
-        let ex = Exchange::new(comm, &self.exchange);
+        let ex = Exchange::new(comm, &self.exchange)?;
         let count = OpCount::of(&spec.graph).map_err(|e| TrainError::Config(e.to_string()))?;
         let steps = trial.steps();
         let rate = self.ops_per_s * f64::from(comm.size());
@@ -158,7 +158,7 @@ fn gradients(flag_piece: usize, stop: bool) -> impl FnMut(std::ops::Range<usize>
 
 impl EmuRun<'_> {
     /// One step with the exchange overlapped with backward: forward, then each layer's
-    /// backward in turn, each bucket's reduction started ([`overlap`]) once backward has
+    /// backward in turn, each bucket's reduction started (by the exchange's communication thread) once backward has
     /// produced all its gradients (written into the bucket, as gradient views are); the step
     /// then waits for what is still in flight. `owed` is the epoch's compute so far (a
     /// sleep's overshoot is taken off the next wait). Returns whether any rank raised `stop`.
@@ -170,7 +170,7 @@ impl EmuRun<'_> {
         stats: &mut EpochStats,
     ) -> Result<bool, TrainError> {
         let traced = step < self.trace_steps;
-        let computing_unix = traced.then(unix_s);
+        let computing_unix = traced.then(crate::host::unix_s);
         let flag_piece = self.pieces.len() - 1;
         let mut fill = gradients(flag_piece, stop);
         let (forward_s, phases) = (self.forward_s, &self.backward);
@@ -196,7 +196,7 @@ impl EmuRun<'_> {
                     in_reports += t.elapsed().as_secs_f64();
                 }
             }
-            backward_end = unix_s();
+            backward_end = crate::host::unix_s();
         };
         let progress = Progress::During {
             backward: &mut backward,
@@ -250,7 +250,7 @@ impl TrialRun for EmuRun<'_> {
                 self.overlapped_step(step, stop(), &mut owed, &mut stats)?
             } else {
                 let computing = Instant::now();
-                let computing_unix = (step < self.trace_steps).then(unix_s);
+                let computing_unix = (step < self.trace_steps).then(crate::host::unix_s);
                 owed += self.step_s;
                 wait(owed - stats.compute_s);
                 stats.compute_s += computing.elapsed().as_secs_f64();

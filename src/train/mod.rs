@@ -72,7 +72,7 @@ impl Span {
             kind,
             bucket: 0,
             start_s,
-            end_s: crate::exchange::unix_s(),
+            end_s: crate::host::unix_s(),
         }
     }
 }

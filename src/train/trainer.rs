@@ -28,8 +28,7 @@ use super::{
 use crate::arch::Graph;
 use crate::data::{Augment, Loader, LoaderConfig, Output, Pack};
 use crate::exchange::{
-    average_buffers, unix_s, Exchange, ExchangeBuffer, ExchangeConfig, Gradients, RawComm,
-    SyncStats,
+    average_buffers, Exchange, ExchangeBuffer, ExchangeConfig, Gradients, RawComm, SyncStats,
 };
 use crate::model::Net;
 use crate::search::Hparams;
@@ -307,7 +306,7 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
         }
         let (rank, size) = (comm.rank() as usize, comm.size() as usize);
         // Collective over the group, like everything else here.
-        let exchange = Exchange::new(comm, &cfg.exchange);
+        let exchange = Exchange::new(comm, &cfg.exchange)?;
         tch::manual_seed(spec.seed as i64);
         let vs = nn::VarStore::new(device);
         let net = Net::build(&vs.root(), &spec.graph)?;
@@ -369,7 +368,7 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
             let step_u32 = u32::try_from(step).unwrap_or(u32::MAX);
             let traced = step_u32 < self.cfg.trace_steps;
             let waited = Instant::now();
-            let waited_unix = traced.then(unix_s);
+            let waited_unix = traced.then(crate::host::unix_s);
             let batch = batches
                 .next()
                 .ok_or_else(|| TrainError::Config("the loader ended an epoch early".into()))??;
@@ -444,7 +443,7 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
     ) -> Result<Step, TrainError> {
         let traced = step < self.cfg.trace_steps;
         let computing = Instant::now();
-        let computing_unix = traced.then(unix_s);
+        let computing_unix = traced.then(crate::host::unix_s);
         let smoothing = self.cfg.label_smoothing;
         self.grads.zero(&mut self.opt)?;
         // The loss in float32 from the logits, as autocast's own policy computes it.
@@ -477,7 +476,7 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
             _ => {}
         }
         let updating = Instant::now();
-        let updating_unix = traced.then(unix_s);
+        let updating_unix = traced.then(crate::host::unix_s);
         self.opt.step();
         synchronize(self.device);
         stats.compute_s += updating.elapsed().as_secs_f64();

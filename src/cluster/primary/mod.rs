@@ -17,6 +17,7 @@ use aiperf_records::schema::{TpeRow, TrialRow, TrialStatus};
 use aiperf_records::writer::PrimaryWriter;
 use aiperf_records::RecordError;
 
+pub use super::status::Totals;
 pub use serve::{serve, ServeConfig, ServeError, ServeOutcome};
 
 use super::protocol::{HistoryEntry, ToGroup, ToPrimary};
@@ -132,17 +133,6 @@ pub struct PrimaryConfig {
     pub seed: u64,
     /// The run's end on the common clock.
     pub deadline_s: f64,
-}
-
-/// Running totals for the status line.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct Totals {
-    /// Epochs completed.
-    pub epochs: u64,
-    /// Their operations.
-    pub ops: u128,
-    /// Best validation accuracy.
-    pub best: f64,
 }
 
 #[derive(Clone, Debug, Default)]

@@ -11,7 +11,8 @@ use aiperf_records::schema::EpochRow;
 use anyhow::{bail, Context};
 use serde::{Deserialize, Serialize};
 
-use super::{AuditArgs, DataDiffers, ModeChoice};
+use super::DataDiffers;
+use crate::cli::{AuditArgs, ModeChoice};
 use crate::config::RecordedConfig;
 use crate::data::open_split;
 use crate::seeds::mix;

@@ -11,8 +11,8 @@ use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::{Communicator, Destination};
 
 use super::plan::{Plan, Planned};
-use super::AuditArgs;
 use crate::arch::Graph;
+use crate::cli::AuditArgs;
 use crate::cluster::transport::receive_any;
 use crate::config::RecordedConfig;
 use crate::data::open_split;
