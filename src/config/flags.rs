@@ -148,7 +148,11 @@ impl RunFlags {
     /// The flags a resumed run may not give, because its records fix them: their names as
     /// the user typed them.
     pub fn fixed_by_records(&self) -> Vec<&'static str> {
-        let given = [
+        let set = |flags: &[(&'static str, bool)]| -> Vec<&'static str> {
+            let given = flags.iter().filter(|(_, set)| *set);
+            given.map(|(name, _)| *name).collect()
+        };
+        let mut given = set(&[
             ("--config", self.config.is_some()),
             ("--trainer", self.trainer.is_some()),
             ("--duration", self.duration.is_some()),
@@ -158,13 +162,9 @@ impl RunFlags {
             ("--batch-size", self.batch_size.is_some()),
             ("--precision", self.precision.is_some()),
             ("--memory-format", self.memory_format.is_some()),
-            ("--exchange", self.exchange.exchange.is_some()),
-            ("--bucket-bytes", self.exchange.bucket_bytes.is_some()),
-            ("--no-overlap", self.exchange.no_overlap),
-            (
-                "--exchange-staging",
-                self.exchange.exchange_staging.is_some(),
-            ),
+        ]);
+        given.extend(self.exchange.given());
+        given.extend(set(&[
             ("--augment-on", self.augment_on.is_some()),
             ("--loader-workers", self.loader_workers.is_some()),
             ("--trace-steps", self.trace_steps.is_some()),
@@ -182,11 +182,8 @@ impl RunFlags {
             ("--search-threads", self.search_threads.is_some()),
             ("--print-config", self.print_config),
             ("--fault", self.fault.is_some()),
-        ];
+        ]));
         given
-            .into_iter()
-            .filter_map(|(name, set)| set.then_some(name))
-            .collect()
     }
 }
 

@@ -176,18 +176,23 @@ impl ExchangeArgs {
         Ok(cfg)
     }
 
-    /// Whether any flag but `--bucket-bytes` was given (`comm-bench` times every method
+    /// The flags given, as typed, in their declared order.
+    pub fn given(&self) -> Vec<&'static str> {
+        [
+            ("--exchange", self.exchange.is_some()),
+            ("--bucket-bytes", self.bucket_bytes.is_some()),
+            ("--exchange-staging", self.exchange_staging.is_some()),
+            ("--no-overlap", self.no_overlap),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
+
+    /// The first flag given other than `--bucket-bytes` (`comm-bench` times every method
     /// after backward from host memory, so only the bucket size applies there).
     pub fn beyond_buckets(&self) -> Option<&'static str> {
-        if self.exchange.is_some() {
-            Some("--exchange")
-        } else if self.exchange_staging.is_some() {
-            Some("--exchange-staging")
-        } else if self.no_overlap {
-            Some("--no-overlap")
-        } else {
-            None
-        }
+        self.given().into_iter().find(|f| *f != "--bucket-bytes")
     }
 }
 
@@ -252,6 +257,21 @@ mod tests {
         assert!(e.starts_with("--bucket-bytes: must be in 4..="), "{e}");
         assert_eq!(args.beyond_buckets(), Some("--exchange"));
         assert_eq!(big.beyond_buckets(), None);
+        assert_eq!(
+            args.given(),
+            [
+                "--exchange",
+                "--bucket-bytes",
+                "--exchange-staging",
+                "--no-overlap"
+            ]
+        );
+        assert_eq!(big.given(), ["--bucket-bytes"]);
+        let staged = ExchangeArgs {
+            exchange_staging: Some(Staging::Device),
+            ..big
+        };
+        assert_eq!(staged.beyond_buckets(), Some("--exchange-staging"));
     }
 
     #[test]

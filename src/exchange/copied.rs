@@ -8,7 +8,7 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use tch::{Device, Tensor};
+use tch::Tensor;
 
 use super::staging::{host_view, ExchangeBuffer, Resolved};
 use super::{Exchange, ExchangeError, ExchangeTimes, Progress, SyncStats, Target};
@@ -57,19 +57,18 @@ pub(super) fn weighted_sum(
     ex: &Exchange<'_>,
     values: Values<'_>,
     (weight, extra): (f32, Option<f32>),
-    buf: &mut ExchangeBuffer,
+    (staging, buf): (Resolved, &mut ExchangeBuffer),
     progress: Progress<'_, '_>,
 ) -> Result<(SyncStats, f32), ExchangeError> {
     let tensors = values.tensors();
     let (sizes, total) = piece_sizes(tensors, extra.is_some())?;
-    let device = tensors.first().map_or(Device::Cpu, Tensor::device);
     let job = Job {
         values,
         sizes: &sizes,
         weight,
         extra,
     };
-    let (times, waited, copied) = match ex.config().staging.resolve(device)? {
+    let (times, waited, copied) = match staging {
         Resolved::Host { pinned } => job.via_host(ex, buf.host(total, pinned)?, progress)?,
         Resolved::Device(d) => job.via_device(ex, &buf.device(total, d)?, progress)?,
     };

@@ -2,13 +2,14 @@
 //! gradients as views of the buckets where MPI reads their memory ([`GradViews`]), else
 //! copied through the exchange's buffer ([`super::copied`]); summed during backward where
 //! the exchange overlaps ([`super::Exchange::overlaps`]) and the hooks report each gradient,
-//! else after backward. Also the batch-norm statistics' average ([`average_buffers`]).
+//! else after backward. Also the batch-norm statistics' average
+//! ([`Gradients::average_buffers`]), through the same buffer.
 
 use tch::{nn, Device, Tensor};
 
 use super::copied::{self, Values};
 use super::hooks::GradHooks;
-use super::staging::ExchangeBuffer;
+use super::staging::{ExchangeBuffer, Resolved};
 use super::views::GradViews;
 use super::{Exchange, ExchangeError, Progress, SyncStats};
 
@@ -23,6 +24,9 @@ pub struct Gradients {
     /// Hooks reporting each gradient as backward accumulates it, where the exchange
     /// overlaps with backward.
     hooks: Option<GradHooks>,
+    /// Where the copying path's buffer lies: the configuration's staging resolved once for
+    /// the gradients' device.
+    staging: Resolved,
     /// The buffer the copying path goes through, reused.
     buf: ExchangeBuffer,
 }
@@ -31,12 +35,15 @@ impl Gradients {
     /// The gradients of `vars` (on `device`) exchanged by `ex`.
     pub fn new(vars: &[Tensor], device: Device, ex: &Exchange<'_>) -> Result<Self, ExchangeError> {
         let order: Vec<Tensor> = vars.iter().rev().map(Tensor::shallow_clone).collect();
-        let views = GradViews::usable(device, ex.config().staging)?.then(GradViews::default);
+        let asked = ex.config().staging;
+        let staging = asked.resolve(device)?;
+        let views = GradViews::usable(device, asked, staging).then(GradViews::default);
         let hooks = ex.overlaps().then(|| GradHooks::add(&order)).transpose()?;
         Ok(Gradients {
             order,
             views,
             hooks,
+            staging,
             buf: ExchangeBuffer::default(),
         })
     }
@@ -74,6 +81,7 @@ impl Gradients {
             order,
             views,
             hooks,
+            staging,
             buf,
         } = self;
         // The flag, the last piece, is known before backward.
@@ -83,7 +91,7 @@ impl Gradients {
             None => {
                 let extra = Some(f32::from(u8::from(flag)));
                 let values = Values::GradientsOf(order);
-                copied::weighted_sum(ex, values, (weight, extra), buf, progress)
+                copied::weighted_sum(ex, values, (weight, extra), (*staging, buf), progress)
                     .map(|(stats, raised)| (stats, raised > 0.5))
             }
         };
@@ -103,24 +111,19 @@ impl Gradients {
             }
         }
     }
-}
 
-/// Replaces each buffer (batch-norm running statistics: non-trainable float variables) by
-/// Σ_ranks weight_rank · buffer_rank, so every rank holds the group's weighted average, as if
-/// the statistics had been gathered over the global batch. Call with the buffers in the same
-/// order on every rank (e.g. sorted by name). `buf` is reused.
-pub fn average_buffers(
-    ex: &Exchange<'_>,
-    buffers: &[Tensor],
-    weight: f32,
-    buf: &mut ExchangeBuffer,
-) -> Result<SyncStats, ExchangeError> {
-    copied::weighted_sum(
-        ex,
-        Values::Tensors(buffers),
-        (weight, None),
-        buf,
-        Progress::After,
-    )
-    .map(|r| r.0)
+    /// Replaces each of `buffers` (batch-norm running statistics: non-trainable float
+    /// variables) by Σ_ranks weight_rank · buffer_rank, so every rank holds the group's
+    /// weighted average, as if the statistics had been gathered over the global batch. Call
+    /// with the buffers in the same order on every rank (e.g. sorted by name).
+    pub fn average_buffers(
+        &mut self,
+        ex: &Exchange<'_>,
+        buffers: &[Tensor],
+        weight: f32,
+    ) -> Result<SyncStats, ExchangeError> {
+        let values = Values::Tensors(buffers);
+        let staging = (self.staging, &mut self.buf);
+        copied::weighted_sum(ex, values, (weight, None), staging, Progress::After).map(|r| r.0)
+    }
 }

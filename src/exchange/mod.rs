@@ -38,9 +38,9 @@ pub use config::{
     ExchangeArgs, ExchangeConfig, ExchangeMethod, FlagError, BUCKET_BYTES, DEFAULT_BUCKET_BYTES,
     DEFAULT_FIRST_BUCKET_BYTES,
 };
-pub use gradients::{average_buffers, Gradients};
+pub use gradients::Gradients;
 pub use reducer::Reducer;
-pub use staging::{ExchangeBuffer, Staging};
+pub use staging::Staging;
 pub use sum::{Backward, ExchangeTimes, Progress, SyncStats, Target};
 
 /// Why an exchange could not be carried out.

@@ -24,15 +24,16 @@ pub(super) struct GradViews {
 }
 
 impl GradViews {
-    /// Whether the gradients of `device` are views of the buckets under `staging`: where MPI
+    /// Whether the gradients of `device` are views of the buckets under staging `asked`
+    /// (`resolved` for the device): where MPI
     /// reads the buffer where they lie — on CUDA with device staging, on the CPU unless
     /// host staging is asked for (which keeps the copying path CUDA takes without a
     /// CUDA-aware MPI, so that the CPU exercises it too).
-    pub(super) fn usable(device: Device, staging: Staging) -> Result<bool, ExchangeError> {
-        Ok(match staging.resolve(device)? {
+    pub(super) fn usable(device: Device, asked: Staging, resolved: Resolved) -> bool {
+        match resolved {
             Resolved::Device(_) => true,
-            Resolved::Host { .. } => device == Device::Cpu && staging != Staging::Host,
-        })
+            Resolved::Host { .. } => device == Device::Cpu && asked != Staging::Host,
+        }
     }
 
     /// Whether the gradients are bound to the buckets.

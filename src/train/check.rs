@@ -2,7 +2,7 @@
 //! interconnect that every rank of the group keeps bit-identical parameters. Every rank
 //! builds the same ResNet from the same seed, trains on its share of seeded global batches
 //! (13 samples, so shards differ in size), exchanges gradients through [`Gradients`] and
-//! batch-norm statistics with [`average_buffers`], and compares a hash of all its variables'
+//! batch-norm statistics with [`Gradients::average_buffers`], and compares a hash of all its variables'
 //! bytes with every other rank's after each SGD step. The exchange runs as in training:
 //! overlapped with backward where it can be ([`Gradients`]).
 
@@ -16,10 +16,7 @@ use tch::{nn, Device, Kind, Tensor};
 use super::{all_variables, float_buffers, synchronize, TrainError};
 use crate::arch::{cifar_resnet, CifarResnetConfig, Shape};
 use crate::data::shard_range;
-use crate::exchange::{
-    average_buffers, Exchange, ExchangeBuffer, ExchangeConfig, ExchangeMethod, Gradients, RawComm,
-    RunChoice,
-};
+use crate::exchange::{Exchange, ExchangeConfig, ExchangeMethod, Gradients, RawComm, RunChoice};
 use crate::model::Net;
 
 /// The outcome, the same on every rank.
@@ -127,7 +124,6 @@ pub fn dp_check<C: RawComm>(
     .build(&vs, 0.05)?;
     let vars = vs.trainable_variables();
     let buffers = float_buffers(&vs);
-    let mut buf = ExchangeBuffer::default();
     // The training's path: gradients as views of the buckets where MPI reads their memory,
     // the exchange overlapped with backward where it can be.
     let mut grads = Gradients::new(&vars, device, &ex)?;
@@ -150,7 +146,7 @@ pub fn dp_check<C: RawComm>(
         overlapped_steps += u32::from(overlapped);
         during_backward += u32::from(early);
         opt.step();
-        average_buffers(&ex, &buffers, weight, &mut buf)?;
+        grads.average_buffers(&ex, &buffers, weight)?;
         let local = [loss.f_double_value(&[])? * f64::from(weight)];
         let mut total = [0f64];
         comm.all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());

@@ -27,9 +27,7 @@ use super::{
 };
 use crate::arch::Graph;
 use crate::data::{Augment, Loader, LoaderConfig, Output, Pack};
-use crate::exchange::{
-    average_buffers, Exchange, ExchangeBuffer, ExchangeConfig, Gradients, RawComm, SyncStats,
-};
+use crate::exchange::{Exchange, ExchangeConfig, Gradients, RawComm, SyncStats};
 use crate::model::Net;
 use crate::search::Hparams;
 
@@ -143,8 +141,6 @@ pub struct TrialTrainer<'c, C: RawComm> {
     val: Loader,
     schedule: LrSchedule,
     scaler: Option<LossScaler>,
-    /// The batch-norm statistics' exchange buffer, reused.
-    buf: ExchangeBuffer,
     /// The trainable variables' gradients and their exchange (views, hooks).
     grads: Gradients,
 }
@@ -349,7 +345,6 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
                 total_epochs: f64::from(spec.epochs.max(1)),
             },
             scaler: (cfg.precision == Precision::Fp16).then(LossScaler::default),
-            buf: ExchangeBuffer::default(),
         })
     }
 
@@ -400,12 +395,10 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
         drop(batches);
         // Every rank's running statistics saw only its shards: take the group's average
         // (they are moving averages, so averaging once equals averaging every step).
-        let s = average_buffers(
-            &self.exchange,
-            &self.buffers,
-            1.0 / self.comm.size() as f32,
-            &mut self.buf,
-        )?;
+        let weight = 1.0 / self.comm.size() as f32;
+        let s = self
+            .grads
+            .average_buffers(&self.exchange, &self.buffers, weight)?;
         stats.allreduce_s += s.seconds;
         stats.allreduce_bytes += s.bytes;
         let (val_loss, correct, seen) = self.validate(&mut stats)?;
