@@ -15,7 +15,6 @@ use super::simulated::SimTrial;
 use super::{exchange_spans, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun, TrialSpec};
 use crate::exchange::{Exchange, ExchangeConfig, ExchangeError, ExchangeTimes, Progress};
 use crate::ops::OpCount;
-use aiperf_records::schema::EpochFigures;
 
 /// The emulated trainer's settings.
 #[derive(Clone, Debug)]
@@ -37,7 +36,6 @@ struct EmuRun<'c> {
     /// The group's exchange.
     ex: Exchange<'c>,
     trial: SimTrial,
-    images: (u64, u64),
     steps: u64,
     step_s: f64,
     val_s: f64,
@@ -85,7 +83,6 @@ impl Trainer for EmulatedTrainer {
         Ok(Box::new(EmuRun {
             ex,
             trial,
-            images: self.images,
             steps,
             step_s,
             val_s: e.val_ops as f64 / rate,
@@ -271,14 +268,7 @@ impl TrialRun for EmuRun<'_> {
         wait(owed + self.val_s - stats.compute_s);
         stats.compute_s += validating.elapsed().as_secs_f64();
         Ok(EpochStats {
-            figures: EpochFigures {
-                train_images: self.images.0,
-                steps: self.steps,
-                val_images: self.images.1,
-                train_loss: e.val_loss,
-                val_loss: e.val_loss,
-                val_accuracy: e.val_accuracy,
-            },
+            figures: self.trial.figures(&e),
             wall_s: began.elapsed().as_secs_f64(),
             ..stats
         })

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use aiperf_records::schema::EpochFigures;
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
@@ -116,6 +117,19 @@ impl SimTrial {
             val_loss: -(acc.clamp(1e-6, 1.0 - 1e-6)).ln(),
         }
     }
+
+    /// The figures an epoch of this trial records, `e` being one of its [`SimTrial::epoch`]s
+    /// (the model has no training loss of its own: the validation loss stands for it).
+    pub fn figures(&self, e: &SimEpoch) -> EpochFigures {
+        EpochFigures {
+            train_images: self.train_images,
+            steps: self.steps(),
+            val_images: self.val_images,
+            train_loss: e.val_loss,
+            val_loss: e.val_loss,
+            val_accuracy: e.val_accuracy,
+        }
+    }
 }
 
 /// The simulated trainer: every rank of a group waits out each epoch's simulated time.
@@ -139,7 +153,6 @@ const STOP_TICK_S: (f64, f64) = (0.01, 0.05);
 struct SimRun<'c> {
     comm: &'c SimpleCommunicator,
     trial: SimTrial,
-    images: (u64, u64),
     steps: u64,
     speedup: f64,
 }
@@ -156,7 +169,6 @@ impl Trainer for SimulatedTrainer {
             comm,
             steps: trial.steps(),
             trial,
-            images: self.images,
             speedup: self.speedup,
         }))
     }
@@ -204,14 +216,7 @@ impl TrialRun for SimRun<'_> {
             }
         }
         Ok(EpochStats {
-            figures: aiperf_records::schema::EpochFigures {
-                train_images: self.images.0,
-                steps: self.steps,
-                val_images: self.images.1,
-                train_loss: e.val_loss,
-                val_loss: e.val_loss,
-                val_accuracy: e.val_accuracy,
-            },
+            figures: self.trial.figures(&e),
             compute_s: seconds,
             wall_s: seconds,
             ..EpochStats::default()
