@@ -3,10 +3,10 @@
 //! the same update and holds bit-identical parameters. One way in: an [`Exchange`], built
 //! once per trial (or sweep) from one [`ExchangeConfig`] — its method resolved once per
 //! command by a start-up probe ([`resolve_auto`]), its overlap with backward settled once
-//! from MPI's thread level ([`ExchangeConfig::within`]), its [`Reducer`] (flat or node-aware)
-//! built with its communicators — and given buckets to sum
-//! ([`Exchange::sum`]): the trainers and `dp-check` through [`Gradients`], the emulated
-//! trainer, `comm-bench` and the probe directly.
+//! from MPI's thread level ([`ExchangeConfig::within`]), its `Reducer` (flat or node-aware)
+//! built with its communicators — and given buckets to sum (`Exchange::sum`, the one summing
+//! operation): the trainers and `dp-check` through [`Gradients`], the emulated trainer,
+//! `comm-bench` and the probe over host memory ([`Exchange::sum_host`]).
 //!
 //! Each file owns one thing: `config` the settings and the flags, `buckets` the bucket plan,
 //! `sum` the one summing loop and its communication thread, `reducer` the method,
@@ -39,9 +39,10 @@ pub use config::{
     DEFAULT_FIRST_BUCKET_BYTES,
 };
 pub use gradients::Gradients;
-pub use reducer::Reducer;
+use reducer::Reducer;
 pub use staging::Staging;
-pub use sum::{Backward, ExchangeTimes, Progress, SyncStats, Target};
+use sum::Target;
+pub use sum::{Backward, ExchangeTimes, Progress, SyncStats};
 
 /// Why an exchange could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -60,12 +61,11 @@ pub enum ExchangeError {
     TooLarge(usize),
 }
 
-/// A group's exchange: its resolved configuration, its reducer and whether it overlaps with
-/// backward; valid while the group's communicator `'c` lives.
+/// A group's exchange: its resolved configuration (whether it overlaps with backward
+/// included) and its reducer; valid while the group's communicator `'c` lives.
 pub struct Exchange<'c> {
     cfg: ExchangeConfig,
     reducer: Reducer<'c>,
-    overlap: bool,
     one_rank: bool,
 }
 
@@ -86,7 +86,6 @@ impl<'c> Exchange<'c> {
         })?;
         Ok(Exchange {
             reducer,
-            overlap: cfg.overlap,
             one_rank: comm.size() == 1,
             cfg: *cfg,
         })
@@ -99,7 +98,7 @@ impl<'c> Exchange<'c> {
 
     /// Whether the buckets are reduced during backward ([`Progress::During`]).
     pub fn overlaps(&self) -> bool {
-        self.overlap
+        self.cfg.overlap
     }
 
     /// Whether the group is this rank alone (the sums cross nothing: no bytes are sent).
@@ -111,7 +110,7 @@ impl<'c> Exchange<'c> {
     /// `fill(pieces, elems)` writes each bucket (its pieces, at those elements of the target)
     /// before it goes; `progress` says when. Returns the exchange's times and the seconds
     /// the caller waited for it once the values were there.
-    pub fn sum(
+    pub(super) fn sum(
         &self,
         sizes: &[usize],
         target: Target<'_>,
@@ -124,11 +123,12 @@ impl<'c> Exchange<'c> {
             (&plan, sizes.len()),
             target,
             fill,
-            (progress, self.overlap),
+            (progress, self.cfg.overlap),
         )
     }
 
-    /// [`Exchange::sum`] over host memory, `fill` given each bucket as a slice.
+    /// The one summing operation (`Exchange::sum`) over host memory, `fill` given each
+    /// bucket as a slice.
     pub fn sum_host(
         &self,
         sizes: &[usize],
