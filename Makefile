@@ -1,12 +1,17 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-run-pairs bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static docs-figures test-reframe clean
+.PHONY: all setup setup-test build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-run-pairs bench-auto bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static docs-figures test-reframe clean
 
 all: build
 
+# What building and running need (OpenMPI, HDF5, libtorch — CUDA on a node with GPUs —, the dataset).
 setup:
 	scripts/setup
+
+# What only the tests need besides (SLURM, munge, the virtual cluster's tools, Chromium, patchelf).
+setup-test:
+	scripts/setup-test
 
 build: setup
 	scripts/cargo build --release --workspace
@@ -17,7 +22,7 @@ data: build
 run: data
 	scripts/run
 
-test: build
+test: build setup-test
 	scripts/test
 
 lint: setup
@@ -47,13 +52,17 @@ bench-train: data
 bench-run-pairs: data
 	scripts/bench-run-pairs
 
+# `auto` precision and memory format against every fixed choice on `make run`'s preset, interleaved rounds.
+bench-auto: data
+	scripts/bench-auto
+
 bench-comm: build
 	scripts/bench-comm
 
 bench-primary: build
 	scripts/bench-primary
 
-weak-scaling: build
+weak-scaling: build setup-test
 	scripts/weak-scaling
 
 # aiperf-score as one static executable for reviewers (HDF5 built in; no runtime libraries).
@@ -62,14 +71,14 @@ score-static:
 	scripts/build-static-score
 
 # The ReFrame check on this machine (root): mpirun and a private SLURM, figures against the scorer.
-test-reframe: build
+test-reframe: build setup-test
 	scripts/test-reframe
 
 # The docs' pictures, redrawn from the committed record set (docs/img/).
 docs-figures: build
 	scripts/docs-figures
 
-gpu-bundle: setup
+gpu-bundle: setup setup-test
 	scripts/gpu-bundle
 
 gpu-rehearse: gpu-bundle

@@ -7,8 +7,12 @@
 #   NODES            node names, space-separated (default: the SLURM allocation's, else this host)
 #   RANKS_PER_NODE   training ranks per node (default: GPUs per node from SLURM, else nvidia-smi's
 #                    count, else 1 — on CPU nodes set it to the ranks you want)
-# Outputs (variables): AIPERF_NODES (array), AIPERF_RPN, AIPERF_NP, and the function
-# aiperf_hostlist, which prints one node name per rank in rank order.
+#   CPUS_PER_RANK    cores per rank (default: the allocation's SLURM_CPUS_PER_TASK, else unset:
+#                    the launcher's own placement); aiperf's threads follow the cores a rank
+#                    is bound to
+# Outputs (variables): AIPERF_NODES (array), AIPERF_RPN, AIPERF_NP, AIPERF_CPR (cores per
+# rank, empty when not given), and the function aiperf_hostlist, which prints one node name
+# per rank in rank order.
 
 aiperf_die() { echo "mpi-launch: $*" >&2; exit 2; }
 
@@ -40,6 +44,9 @@ fi
 [[ "$AIPERF_RPN" =~ ^[0-9]+$ ]] && [ "$AIPERF_RPN" -ge 1 ] ||
     aiperf_die "RANKS_PER_NODE must be a positive integer, got '$AIPERF_RPN'"
 AIPERF_NP=$(( ${#AIPERF_NODES[@]} * AIPERF_RPN + 1 ))
+AIPERF_CPR="${CPUS_PER_RANK:-${SLURM_CPUS_PER_TASK:-}}"
+[ -z "$AIPERF_CPR" ] || { [[ "$AIPERF_CPR" =~ ^[0-9]+$ ]] && [ "$AIPERF_CPR" -ge 1 ]; } ||
+    aiperf_die "CPUS_PER_RANK (or SLURM_CPUS_PER_TASK) must be a positive integer, got '$AIPERF_CPR'"
 
 aiperf_hostlist() {
     local i n

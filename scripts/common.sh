@@ -7,26 +7,61 @@ AIPERF_CACHE="${AIPERF_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/aiperf}"
 # tch 0.26.0 checks for exactly this libtorch version.
 TORCH_VERSION="2.13.0"
 SLIM_LIBTORCH="$AIPERF_CACHE/libtorch-$TORCH_VERSION-cpu"
+# The CUDA libtorch: PyPI's torch wheel with its CUDA runtime wheels, installed side by side
+# (torch/lib finds nvidia/*/lib through its own rpath), for GPU nodes.
+CUDA_TORCH_DIR="$AIPERF_CACHE/torch-$TORCH_VERSION-cuda"
 AIPERF_DATA="${AIPERF_DATA:-$AIPERF_ROOT/data}"
-export AIPERF_ROOT AIPERF_CACHE TORCH_VERSION SLIM_LIBTORCH AIPERF_DATA
+export AIPERF_ROOT AIPERF_CACHE TORCH_VERSION SLIM_LIBTORCH CUDA_TORCH_DIR AIPERF_DATA
 
 say() { printf '%s: %s\n' "${0##*/}" "$*" >&2; }
 die() { printf '%s: error: %s\n' "${0##*/}" "$*" >&2; exit 1; }
 
+# Whether this node has NVIDIA GPUs, and how that was seen (printed; exit 1: none).
+# AIPERF_GPU_NODE=0|1 forces the answer (as it does for aiperf itself).
+gpu_node() {
+    case "${AIPERF_GPU_NODE:-}" in
+        1) echo "forced by AIPERF_GPU_NODE=1"; return 0 ;;
+        0) return 1 ;;
+    esac
+    local n
+    if command -v nvidia-smi >/dev/null && n="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" && [ "$n" -gt 0 ]; then
+        echo "nvidia-smi lists $n GPU(s)"
+    elif [ -e /dev/nvidia0 ]; then
+        echo "/dev/nvidia0 exists"
+    else
+        return 1
+    fi
+}
+
 # Decide which libtorch the build links, in this order:
 #   1. LIBTORCH set by the user (e.g. a cluster's CUDA libtorch);
 #   2. LIBTORCH_USE_PYTORCH=1: the torch of the active Python / virtualenv (tch asks python3);
-#   3. the slim CPU libtorch that scripts/setup installs into the cache.
+#   3. AIPERF_TORCH=cuda, or auto (the default) on a node with GPUs: the CUDA libtorch that
+#      scripts/setup installs into the cache;
+#   4. AIPERF_TORCH=cpu, or auto without GPUs: the slim CPU libtorch scripts/setup installs.
+# Sets LIBTORCH, AIPERF_LIBTORCH_KIND (cpu, cuda or given) and AIPERF_LIBTORCH_SOURCE.
 resolve_libtorch() {
+    local want="${AIPERF_TORCH:-auto}" seen=""
+    case "$want" in
+        auto | cpu | cuda) ;;
+        *) die "AIPERF_TORCH must be auto, cpu or cuda, got '$want'" ;;
+    esac
     if [ -n "${LIBTORCH:-}" ]; then
+        AIPERF_LIBTORCH_KIND=given
         AIPERF_LIBTORCH_SOURCE="LIBTORCH=$LIBTORCH"
     elif [ "${LIBTORCH_USE_PYTORCH:-}" = "1" ]; then
+        AIPERF_LIBTORCH_KIND=given
         AIPERF_LIBTORCH_SOURCE="LIBTORCH_USE_PYTORCH=1 ($(command -v python3 || echo 'no python3'))"
+    elif [ "$want" = cuda ] || { [ "$want" = auto ] && seen="$(gpu_node)"; }; then
+        export LIBTORCH="$CUDA_TORCH_DIR/torch"
+        AIPERF_LIBTORCH_KIND=cuda
+        AIPERF_LIBTORCH_SOURCE="CUDA libtorch $LIBTORCH (${seen:-AIPERF_TORCH=cuda})"
     else
         export LIBTORCH="$SLIM_LIBTORCH"
+        AIPERF_LIBTORCH_KIND=cpu
         AIPERF_LIBTORCH_SOURCE="cached slim CPU libtorch $LIBTORCH"
     fi
-    export AIPERF_LIBTORCH_SOURCE
+    export AIPERF_LIBTORCH_KIND AIPERF_LIBTORCH_SOURCE
 }
 
 # OpenMPI refuses root and more ranks than cores unless told; set both for local runs.

@@ -63,6 +63,11 @@ pub struct DoctorArgs {
     /// One JSON object per rank instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// The device examined, as `aiperf run --device` takes it: auto (CUDA when libtorch sees
+    /// a device), cpu (the processors, on purpose: a node with GPUs and a CPU-only libtorch
+    /// is then not an error) or cuda.
+    #[arg(long, value_enum, default_value_t = crate::platform::DeviceChoice::Auto)]
+    pub device: crate::platform::DeviceChoice,
 }
 
 /// `aiperf dp-check`'s flags.

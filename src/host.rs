@@ -95,3 +95,26 @@ pub fn unix_s() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }
+
+/// The processors online on this node (`sysconf(_SC_NPROCESSORS_ONLN)`), `None` if unknown.
+pub fn online_cpus() -> Option<usize> {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0)
+}
+
+/// The processors this process may run on (its affinity mask, as a launcher's binding
+/// sets it), `None` if unknown.
+pub fn bound_cpus() -> Option<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills at most
+    // its size for this process (pid 0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        usize::try_from(libc::CPU_COUNT(&set))
+            .ok()
+            .filter(|&n| n > 0)
+    }
+}

@@ -14,6 +14,7 @@ pub mod config;
 pub mod data;
 pub mod exchange;
 pub mod fingerprint;
+pub mod gpu;
 pub mod host;
 pub mod model;
 pub mod monitor;

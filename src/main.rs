@@ -51,7 +51,7 @@ fn main() -> ExitCode {
         Err(_) => return deferred(),
     };
     let result = match cli.command {
-        Command::Doctor(a) => commands::doctor(a.json).map(done),
+        Command::Doctor(a) => commands::doctor(a.json, a.device).map(done),
         Command::DataCheck(a) => alike(a.validate())
             .and_then(|()| commands::data_check(a))
             .map(done),

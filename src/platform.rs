@@ -4,9 +4,10 @@
 use serde::Serialize;
 
 /// The device a tool trains on (`--device` of `dp-check` and the trainer benchmark).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum DeviceChoice {
     /// CUDA when libtorch sees a device, else the CPU.
+    #[default]
     Auto,
     /// The CPU.
     Cpu,

@@ -143,3 +143,63 @@ fn setup_without_root_names_missing_libraries_and_fixes() {
     // Nothing was downloaded or unpacked.
     assert!(!cached);
 }
+
+/// `scripts/setup --which-libtorch` with `env`: its exit success and output.
+fn which_libtorch(env: &[(&str, &str)]) -> (bool, String) {
+    let tmp = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup");
+    let mut cmd = Command::new(which("bash").unwrap());
+    cmd.arg(&script)
+        .arg("--which-libtorch")
+        .env_remove("LIBTORCH")
+        .env_remove("LIBTORCH_USE_PYTORCH")
+        .env_remove("AIPERF_TORCH")
+        .env("HOME", tmp.path())
+        .env_remove("AIPERF_CACHE")
+        .env_remove("XDG_CACHE_HOME");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn a_gpu_node_builds_against_the_cuda_libtorch_unless_told_otherwise() {
+    let (ok, out) = which_libtorch(&[("AIPERF_GPU_NODE", "1")]);
+    assert!(ok, "{out}");
+    assert!(
+        out.starts_with("cuda: CUDA libtorch") && out.contains("torch-2.13.0-cuda/torch"),
+        "{out}"
+    );
+    assert!(out.contains("forced by AIPERF_GPU_NODE=1"), "{out}");
+    let (ok, out) = which_libtorch(&[("AIPERF_GPU_NODE", "0")]);
+    assert!(
+        ok && out.starts_with("cpu: cached slim CPU libtorch"),
+        "{out}"
+    );
+    let (ok, out) = which_libtorch(&[("AIPERF_GPU_NODE", "0"), ("AIPERF_TORCH", "cuda")]);
+    assert!(
+        ok && out.starts_with("cuda: ") && out.contains("AIPERF_TORCH=cuda"),
+        "{out}"
+    );
+    let (ok, out) = which_libtorch(&[("AIPERF_GPU_NODE", "1"), ("AIPERF_TORCH", "cpu")]);
+    assert!(ok && out.starts_with("cpu: "), "{out}");
+    let (ok, out) = which_libtorch(&[("LIBTORCH", "/opt/libtorch"), ("AIPERF_GPU_NODE", "1")]);
+    assert!(
+        ok && out.starts_with("given: LIBTORCH=/opt/libtorch"),
+        "{out}"
+    );
+    let (ok, out) = which_libtorch(&[("AIPERF_TORCH", "rocm")]);
+    assert!(
+        !ok && out.contains("AIPERF_TORCH must be auto, cpu or cuda, got 'rocm'"),
+        "{out}"
+    );
+}

@@ -39,5 +39,10 @@ fn sbatch_template_runs_under_srun_and_mpirun_in_a_real_slurm() {
         );
     }
     assert_eq!(log.matches("records ok").count(), 2, "{log}");
+    // srun-aiperf passes the allocation's 2 CPUs per task and each training rank takes 2
+    // threads; with 1 CPU per task, 1.
+    assert!(log.contains("2 CPU(s) per rank"), "{log}");
+    assert!(log.contains("2 thread(s) per training rank"), "{log}");
+    assert!(log.contains("1 thread(s) per training rank"), "{log}");
     assert!(log.contains("bad preset: job failed"), "{log}");
 }

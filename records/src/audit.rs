@@ -18,8 +18,8 @@ use crate::error::RecordError;
 use crate::outputs;
 use crate::schema::{AttrKind, AttrSpec, AttrValue, EpochRow, TrialRow, Written};
 
-/// The schema of `audit.h5` (its own: the run's records moved on to schema 5 with the
-/// ceilings, the audit's layout did not).
+/// The schema of `audit.h5` (its own: the run's records moved on to schemas 5 and 6 with
+/// the ceilings, the audit's layout did not).
 pub const AUDIT_SCHEMA: u32 = 4;
 use crate::writer::{write_attr, write_text_attr};
 

@@ -94,15 +94,26 @@ pub fn text(s: &Score) -> String {
 /// The efficiency line of [`text`]: the sustained OPS against the measured ceiling.
 fn write_efficiency(t: &mut String, s: &Score) {
     let line = match (&s.ceilings, s.efficiency) {
-        (Some(c), Some(e)) => format!(
-            "{:.1}% of the measured ceiling, {}OPS ({})",
-            100.0 * e,
-            si(crate::ceiling::total(c)),
-            crate::ceiling::describe(c)
-        ),
+        (Some(c), Some(e)) => {
+            let own = match s.ceiling_run_precision {
+                Some(r) => format!(
+                    "; in the run's {} {}OPS, {:.1}% of it",
+                    s.precision,
+                    si(r),
+                    100.0 * s.ops_per_s / r
+                ),
+                None => String::new(),
+            };
+            format!(
+                "{:.1}% of the machine's measured ceiling, {}OPS (each accelerator's fastest precision){own} ({})",
+                100.0 * e,
+                si(crate::ceiling::total(c)),
+                crate::ceiling::describe(c)
+            )
+        }
         (Some(c), None) => format!(
-            "undefined: {} ceiling(s) recorded for {} accelerator(s)",
-            c.len(),
+            "undefined: ceilings recorded for {} accelerator(s) of {}",
+            crate::ceiling::ranks(c).len(),
             s.accelerators
         ),
         (None, _) => "not measured (records before schema 5 hold no ceiling)".into(),

@@ -7,7 +7,7 @@
 use hdf5::H5Type;
 
 /// Version of this schema; readers refuse others.
-pub const SCHEMA_VERSION: u32 = 5;
+pub const SCHEMA_VERSION: u32 = 6;
 /// Version of the scoring and validity rules (docs/design.md §5).
 pub const RULES_VERSION: &str = "aiperf-rules-4";
 /// File name of the primary's records.
@@ -226,8 +226,9 @@ pub mod attr {
     /// string (schema 4): JSON list of [`crate::platform::PlatformEntry`], one per distinct
     /// platform fingerprint among the ranks.
     pub const PLATFORM: &str = "platform";
-    /// string (schema 5): JSON list of [`crate::ceiling::Ceiling`], one per accelerator:
-    /// its measured matrix-product ceiling in the run's precision.
+    /// string (schema 5): JSON list of [`crate::ceiling::Ceiling`]: from schema 6 one per
+    /// accelerator and native precision, in schema 5 one per accelerator in the run's
+    /// precision.
     pub const CEILINGS: &str = "ceilings";
 }
 

@@ -135,8 +135,14 @@ pub struct Score {
     pub platform: Option<Vec<crate::platform::PlatformEntry>>,
     /// Each accelerator's measured ceiling (`None`: records before schema 5 do not hold it).
     pub ceilings: Option<Vec<crate::ceiling::Ceiling>>,
-    /// The sustained OPS over the summed ceilings ([`crate::ceiling::efficiency`]).
+    /// The sustained OPS over the machine's ceiling, each accelerator's fastest
+    /// ([`crate::ceiling::efficiency`]).
     pub efficiency: Option<f64>,
+    /// The run's precision, as recorded (`precision` attribute).
+    pub precision: String,
+    /// The accelerators' summed ceiling in the run's own precision, operations per second
+    /// (`None` where a rank recorded none in it, or no ceilings are recorded).
+    pub ceiling_run_precision: Option<f64>,
     /// Qualifications of the result.
     pub warnings: Vec<String>,
 }
@@ -422,8 +428,14 @@ fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> S
             .info
             .ceilings
             .as_deref()
-            .filter(|c| c.len() == run.info.accelerators as usize)
+            .filter(|c| crate::ceiling::ranks(c).len() == run.info.accelerators as usize)
             .and_then(|c| crate::ceiling::efficiency(end.ops_per_s, c)),
+        precision: run.info.precision.clone(),
+        ceiling_run_precision: run
+            .info
+            .ceilings
+            .as_deref()
+            .and_then(|c| crate::ceiling::total_in(c, &run.info.precision)),
         ceilings: run.info.ceilings.clone(),
         warnings: m.warnings,
     }

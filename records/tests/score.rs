@@ -36,8 +36,10 @@ fn golden_timeline_computed_by_hand() {
     assert!(close(s.ops_per_s, 11.55));
     assert!(close(s.regulated, 11.55 * -(0.2f64).ln()));
     assert!(close(s.ops_per_s_per_accelerator, 11.55 / 4.0));
-    // Against the recorded ceilings: 4 accelerators × 10 operations per second.
-    assert!(close(s.efficiency.unwrap(), 11.55 / 40.0));
+    // Against the machine's ceiling: 4 accelerators × 30 operations per second (bf16, each
+    // one's fastest), though the run trained in fp32 (4 × 10 beside it).
+    assert!(close(s.efficiency.unwrap(), 11.55 / 120.0));
+    assert_eq!(s.ceiling_run_precision, Some(40.0));
     assert_eq!(
         (s.train_ops, s.val_ops, s.epochs, s.trials),
         (10_500, 1050, 5, 1)
@@ -158,11 +160,11 @@ fn damaged_records_give_clear_errors() {
         "{e}"
     );
     // A schema this build does not know, and a group file of another schema than its run.
-    let dir = tmp.path().join("v5");
+    let dir = tmp.path().join("current");
     write_run(&dir, Some(1000.0));
     for (version, expected) in [
-        (6u32, "schema version 6"),
-        (1, "\"schema_version\": 1, but primary.h5 has 5"),
+        (7u32, "schema version 7"),
+        (1, "\"schema_version\": 1, but primary.h5 has 6"),
     ] {
         {
             let f = hdf5::File::append(dir.join("group-0.h5")).unwrap();
@@ -484,7 +486,7 @@ const SNAPSHOT: &str = "aiperf score: RUN
   regulated score          18.589 OPS
   per accelerator (  4)    2.888 OPS, regulated 4.647 OPS
   per node (  1)           11.550 OPS, regulated 18.589 OPS
-  efficiency               28.9% of the measured ceiling, 40.000 OPS (4 accelerator(s) × 10.000 OPS each: best of 5 fp32 matrix products n=2048, at start-up on the run's ranks and threads (a 3×3 convolution ran at 5.000 OPS))
+  efficiency               9.6% of the machine's measured ceiling, 120.000 OPS (each accelerator's fastest precision); in the run's fp32 40.000 OPS, 28.9% of it (4 accelerator(s), each the best of 5 matrix products n=2048 at start-up on the run's ranks and threads: bf16 30.000 OPS (convolution 15.000 OPS); fp32 10.000 OPS (convolution 5.000 OPS))
   steady state             undefined: group(s) [0, 1] never finished their 3 warm-up trials
   converged                no: OPS 6.016 → 11.550 OPS over the last 360 s (+47.92%, tolerance ±2%)
   duration                 1000.0 s (0.28 h)

@@ -30,7 +30,7 @@ pub struct Placement {
 /// when the layout does not fit.
 pub fn place(
     world: &SimpleCommunicator,
-    trainer: TrainerKind,
+    (trainer, choice): (TrainerKind, crate::platform::DeviceChoice),
     group_size: Option<usize>,
     threads: Option<usize>,
     sim_ops: f64,
@@ -49,12 +49,9 @@ pub fn place(
         .filter(|&r| nodes[r] == nodes[rank] && layout.group_of[r].is_some())
         .collect();
     let local = trainers_on_node.iter().position(|&r| r == rank);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = threads.unwrap_or((cores / trainers_on_node.len().max(1)).max(1));
+    let threads = threads.unwrap_or_else(|| default_threads(trainers_on_node.len()));
     let device = match local {
-        Some(i) if trainer == TrainerKind::Real && tch::Cuda::is_available() => {
-            tch::Device::Cuda(i % tch::Cuda::device_count().max(1) as usize)
-        }
+        Some(i) if trainer == TrainerKind::Real => choice.resolve(i)?,
         _ => tch::Device::Cpu,
     };
     let device_name = match (trainer, local, device) {
@@ -71,6 +68,61 @@ pub fn place(
         device,
         device_name,
     })
+}
+
+/// A training rank's default libtorch threads: the cores it is bound to where a launcher
+/// bound it to fewer than the node has (srun --cpus-per-task with --cpu-bind=cores, mpirun
+/// --map-by …:PE=N); else, inside a SLURM job, the CPUs per task it asked for
+/// (`SLURM_CPUS_PER_TASK`, where the cluster binds nothing); else the node's cores shared by
+/// its `trainers` training ranks.
+pub fn default_threads(trainers: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let slurm = std::env::var("SLURM_CPUS_PER_TASK").ok();
+    threads_for(
+        (crate::host::bound_cpus(), crate::host::online_cpus()),
+        slurm.as_deref(),
+        cores,
+        trainers,
+    )
+}
+
+/// [`default_threads`] from its inputs: the (bound, online) processors, SLURM's CPUs per
+/// task, the cores usable and the node's training ranks.
+fn threads_for(
+    (bound, online): (Option<usize>, Option<usize>),
+    slurm_cpus_per_task: Option<&str>,
+    cores: usize,
+    trainers: usize,
+) -> usize {
+    if let (Some(b), Some(o)) = (bound, online) {
+        if b < o {
+            return b.max(1);
+        }
+    }
+    let per_task = slurm_cpus_per_task.and_then(|v| v.trim().parse::<usize>().ok());
+    match per_task {
+        Some(n) if n > 0 => n.min(cores),
+        _ => (cores / trainers.max(1)).max(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads_for;
+
+    #[test]
+    fn threads_follow_the_binding_then_slurm_then_the_share_of_the_node() {
+        // Bound to 2 of 64 cores: 2, whatever SLURM or the share say.
+        assert_eq!(threads_for((Some(2), Some(64)), Some("8"), 2, 4), 2);
+        // Not bound (the mask is the whole node): SLURM's CPUs per task.
+        assert_eq!(threads_for((Some(64), Some(64)), Some("8"), 64, 4), 8);
+        // … never more than the cores usable.
+        assert_eq!(threads_for((Some(4), Some(4)), Some("8"), 4, 1), 4);
+        // Neither: the node's cores shared by its training ranks, at least 1.
+        assert_eq!(threads_for((Some(64), Some(64)), None, 64, 4), 16);
+        assert_eq!(threads_for((None, None), Some("x"), 2, 4), 1);
+        assert_eq!(threads_for((None, None), Some("0"), 8, 2), 4);
+    }
 }
 
 /// What every rank knows about the others after set-up.

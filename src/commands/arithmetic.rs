@@ -15,7 +15,10 @@ use crate::train::{native, Precision};
 pub struct Arithmetic {
     /// The device measured (`cpu`, `cuda:N`: the node-local rank's GPU).
     pub device: String,
-    /// The precisions it computes natively, fastest first (what `--precision auto` takes).
+    /// A GPU's compute capability (`major.minor`), which decides its native precisions;
+    /// `None` on a processor, or why it could not be read.
+    pub compute_capability: Option<String>,
+    /// The precisions it computes natively (what `--precision auto` measures among).
     pub native_precisions: Vec<&'static str>,
     /// Why bf16 is native on the processor (its instructions) or not (what is missing).
     pub cpu_bf16: String,
@@ -38,18 +41,20 @@ pub struct WithPlatform<'a> {
 }
 
 impl Arithmetic {
-    /// Probes this rank (collective over `world`: the node's ranks are counted).
-    pub fn probe(world: &SimpleCommunicator) -> Self {
+    /// Probes this rank on `choice` (collective over `world`: the node's ranks are
+    /// counted).
+    pub fn probe(world: &SimpleCommunicator, choice: crate::platform::DeviceChoice) -> Self {
         let node = world.split_shared(world.rank());
         let (local, on_node) = (node.rank().max(0) as usize, node.size().max(1) as usize);
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = (cpus / on_node).max(1);
+        let threads = crate::cluster::bootstrap::default_threads(on_node);
         tch::set_num_threads(i32::try_from(threads).unwrap_or(1));
-        let gpus = usize::try_from(tch::Cuda::device_count()).unwrap_or(0);
-        let device = if gpus > 0 {
-            tch::Device::Cuda(local % gpus)
-        } else {
-            tch::Device::Cpu
+        let device = choice.resolve(local).unwrap_or(tch::Device::Cpu);
+        let compute_capability = match device {
+            tch::Device::Cuda(i) => Some(match crate::gpu::capability(i) {
+                Ok(c) => c.to_string(),
+                Err(e) => format!("unknown ({e})"),
+            }),
+            _ => None,
         };
         let fp = crate::fingerprint::this_rank(threads);
         let natives = native::natives(device, &fp);
@@ -64,6 +69,7 @@ impl Arithmetic {
         }
         Arithmetic {
             device: crate::host::device_label(device),
+            compute_capability,
             native_precisions: natives.iter().map(|p| Precision::name(*p)).collect(),
             cpu_bf16: match native::cpu_bf16(&fp) {
                 Ok(how) => format!("native ({how})"),
@@ -99,8 +105,12 @@ impl Arithmetic {
             })
             .chain(self.errors.iter().map(|e| format!("failed: {e}")))
             .collect();
+        let cap = self
+            .compute_capability
+            .as_ref()
+            .map_or(String::new(), |c| format!(" (compute capability {c})"));
         format!(
-            "{} computes natively {} (bf16 on the processor: {}); ceiling with {} thread(s): {}",
+            "{}{cap} computes natively {} (bf16 on the processor: {}); ceiling with {} thread(s): {}",
             self.device,
             self.native_precisions.join(", "),
             self.cpu_bf16,

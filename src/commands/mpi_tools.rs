@@ -10,7 +10,7 @@ use crate::cli::CommBenchArgs;
 use crate::platform::Platform;
 
 /// `aiperf doctor`: what this build and machine provide, per rank.
-pub fn doctor(json: bool) -> anyhow::Result<()> {
+pub fn doctor(json: bool, device: crate::platform::DeviceChoice) -> anyhow::Result<()> {
     // The doctor reports what it finds: collectives the other commands refuse are a warning.
     let (universe, _) = super::start_mpi()?;
     let world = universe.world();
@@ -20,7 +20,7 @@ pub fn doctor(json: bool) -> anyhow::Result<()> {
         }
     }
     let p = Platform::probe(crate::version::mpi_library(), world.size(), world.rank());
-    let arith = super::arithmetic::Arithmetic::probe(&world);
+    let arith = super::arithmetic::Arithmetic::probe(&world, device);
     if json {
         println!("{}", serde_json::to_string(&arith.with(&p))?);
     } else {
@@ -52,7 +52,19 @@ pub fn doctor(json: bool) -> anyhow::Result<()> {
         );
         println!("rank {}/{}: {}", p.mpi_rank, p.mpi_world_size, arith.line());
     }
-    Ok(())
+    // What `aiperf run` would refuse, the doctor reports as its error (after the report).
+    let gpus = crate::gpu::visible();
+    let cuda = crate::gpu::libtorch_has_cuda();
+    let refused = crate::gpu::refusal(
+        gpus.as_deref(),
+        cuda,
+        device == crate::platform::DeviceChoice::Cpu,
+    );
+    let mine = match refused {
+        Some(why) => Err(anyhow::anyhow!("{}: {why}", p.host)),
+        None => Ok(()),
+    };
+    super::agree(&world, mine)
 }
 
 /// `aiperf comm-bench`: all-reduce and exchange bandwidth over a sweep of sizes.

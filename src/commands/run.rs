@@ -22,6 +22,7 @@ use crate::cluster::transport::broadcast_value;
 use crate::config::{RecordedConfig, RunFlags, TrainerKind};
 use crate::data::open_split;
 use crate::ops::OpCount;
+use crate::platform::DeviceChoice;
 use crate::train::emulated::EmulatedTrainer;
 use crate::train::fault::FaultyTrainer;
 use crate::train::simulated::{SimDevice, SimulatedTrainer};
@@ -46,8 +47,10 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     // Each rank reads the preset file from its own disk: where one cannot, rank 0 must
     // hear of it (it would otherwise wait in the next collective), so the outcome is agreed.
     let (config, saved, given) = agree(&world, configure(&world, &flags))?;
+    let device = flags.device;
     drop(flags);
-    let place = once(&world, placement(&world, &config, saved.as_ref()))?;
+    agree(&world, gpus_usable(&config, device))?;
+    let place = once(&world, placement(&world, &config, saved.as_ref(), device))?;
     tch::set_num_threads(i32::try_from(place.threads).unwrap_or(i32::MAX));
     let common = bootstrap::common(&world, &place, saved.as_ref().map(|s| s.t0_s));
     let mut config = config;
@@ -187,10 +190,11 @@ fn placement(
     world: &SimpleCommunicator,
     config: &RecordedConfig,
     saved: Option<&Saved>,
+    device: DeviceChoice,
 ) -> anyhow::Result<Placement> {
     let place = bootstrap::place(
         world,
-        config.trainer,
+        (config.trainer, device),
         config.group_size,
         config.threads,
         config.sim.ops,
@@ -206,6 +210,20 @@ fn placement(
         }
     }
     Ok(place)
+}
+
+/// A node with GPUs and a libtorch without CUDA would train the real trainer on the host's
+/// processors: refused (on whichever rank sees it, naming its host) unless `--device cpu`.
+fn gpus_usable(config: &RecordedConfig, device: DeviceChoice) -> anyhow::Result<()> {
+    if config.trainer != TrainerKind::Real {
+        return Ok(());
+    }
+    let gpus = crate::gpu::visible();
+    let cuda = crate::gpu::libtorch_has_cuda();
+    match crate::gpu::refusal(gpus.as_deref(), cuda, device == DeviceChoice::Cpu) {
+        Some(why) => bail!("{}: {why}", bootstrap::host_name()),
+        None => Ok(()),
+    }
 }
 
 /// Rank 0, once every rank has closed its files: the score table of the run.

@@ -53,9 +53,16 @@ pub struct RunFlags {
     /// preset).
     #[arg(long)]
     pub batch_size: Option<String>,
-    /// CPU threads per training rank (default: the node's cores shared by its training ranks).
+    /// CPU threads per training rank (default: the cores this rank is bound to, as srun
+    /// --cpus-per-task or mpirun --map-by …:PE=N bind it; unbound, the node's cores shared
+    /// by its training ranks).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Where the training ranks compute: auto (CUDA when libtorch sees a device), cpu (the
+    /// processors, on purpose: also on a node with GPUs) or cuda (an error without one). A
+    /// node with GPUs and a libtorch without CUDA is refused unless cpu is given.
+    #[arg(long, value_enum, default_value_t = crate::platform::DeviceChoice::Auto)]
+    pub device: crate::platform::DeviceChoice,
     /// Arithmetic: auto (the fastest every training rank computes natively; the records
     /// say which), fp32, bf16 (autocast in bfloat16: GPUs, and processors with AMX or
     /// AVX-512-BF16 — refused where it would be emulated) or fp16 (CUDA autocast with

@@ -87,6 +87,11 @@ pub struct RecordedConfig {
     pub clock_offsets_s: Vec<f64>,
     /// Their uncertainty (half the best round trip), seconds.
     pub clock_uncertainty_s: Vec<f64>,
+    /// What the start-up probe timed to resolve `auto` precision or memory format: every
+    /// candidate's seconds per step summed over the training ranks (empty when nothing was
+    /// `auto`, and in records written before the probe timed precisions).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arithmetic_probe: Vec<crate::train::probe::ProbeTime>,
 }
 
 /// A configuration that cannot run.
@@ -312,6 +317,7 @@ impl RecordedConfig {
             intervals: operational(f, DEFAULT_INTERVALS)?,
             clock_offsets_s: Vec::new(),
             clock_uncertainty_s: Vec::new(),
+            arithmetic_probe: Vec::new(),
         })
     }
 

@@ -1,9 +1,12 @@
 //! Which precisions a device computes natively (docs/design.md §7): fp32 everywhere; bf16 on
-//! GPUs and on processors whose kernels have bfloat16 instructions (AMX or AVX-512-BF16 on
-//! x86, the BF16 extension on Arm) unless a pin holds oneDNN below them; fp16 on GPUs. A run
-//! refuses a precision its device would only emulate (slower than fp32), and `auto` takes
-//! the fastest native one. `AIPERF_NATIVE_BF16=0|1` forces the processor's answer (tests
-//! force both sides of the check; a forced answer is in the recorded fingerprint's pins).
+//! processors whose kernels have bfloat16 instructions (AMX or AVX-512-BF16 on x86, the BF16
+//! extension on Arm) unless a pin holds oneDNN below them; on GPUs by compute capability
+//! (fp16 from 7.0, bf16 from 8.0: [`crate::gpu::natives_for`]). A run refuses a precision
+//! its device would only emulate; native is not the same as fast (bf16 on AVX-512-BF16
+//! without AMX is slower than fp32), so `auto` is measured among the native ones by the
+//! start-up probe, never ranked here. `AIPERF_NATIVE_BF16=0|1` forces the processor's
+//! answer (tests force both sides of the check; a forced answer is in the recorded
+//! fingerprint's pins).
 
 use aiperf_records::platform::Fingerprint;
 use tch::Device;
@@ -66,10 +69,19 @@ pub fn cpu_bf16(fp: &Fingerprint) -> Result<String, String> {
     Ok(hardware.into())
 }
 
-/// The precisions `device` computes natively, fastest first (`fp32` always last).
+/// The precisions `device` computes natively (`fp32` always, and last). A GPU whose compute
+/// capability cannot be read counts as fp32 only, with a warning naming why.
 pub fn natives(device: Device, fp: &Fingerprint) -> Vec<Precision> {
-    if device.is_cuda() {
-        return vec![Precision::Bf16, Precision::Fp16, Precision::Fp32];
+    if let Device::Cuda(i) = device {
+        return match crate::gpu::capability(i) {
+            Ok(cap) => crate::gpu::natives_for(cap),
+            Err(e) => {
+                log::warn!(
+                    "cuda:{i}: compute capability unknown ({e}); only fp32 counts as native"
+                );
+                vec![Precision::Fp32]
+            }
+        };
     }
     match cpu_bf16(fp) {
         Ok(_) => vec![Precision::Bf16, Precision::Fp32],
@@ -77,8 +89,8 @@ pub fn natives(device: Device, fp: &Fingerprint) -> Vec<Precision> {
     }
 }
 
-/// `precision` resolved for `device`: `auto` becomes the fastest native one; any other is
-/// itself when `device` computes it natively, else an error naming the missing feature.
+/// `precision` checked for `device`: itself when `device` computes it natively, else an
+/// error naming the missing feature; `auto` is an error (the start-up probe measures it).
 pub fn resolve(
     precision: Precision,
     device: Device,
@@ -86,7 +98,9 @@ pub fn resolve(
 ) -> Result<Precision, String> {
     let native = natives(device, fp);
     match precision {
-        Precision::Auto => Ok(native[0]),
+        Precision::Auto => {
+            Err("--precision auto is resolved by the start-up probe, not by a table".into())
+        }
         p if native.contains(&p) => Ok(p),
         Precision::Fp16 => Err(
             "--precision fp16 needs a CUDA device (CPU autocast is bf16 only): use bf16 or fp32 on a processor"
@@ -124,18 +138,11 @@ mod tests {
             natives(Device::Cpu, &amx),
             [Precision::Bf16, Precision::Fp32]
         );
-        assert_eq!(
-            resolve(Precision::Auto, Device::Cpu, &amx),
-            Ok(Precision::Bf16)
-        );
+        assert!(resolve(Precision::Auto, Device::Cpu, &amx).is_err());
         let avx512 = cpu(&["avx512f", "avx512_bf16"], &[]);
         assert_eq!(cpu_bf16(&avx512).unwrap(), "AVX-512-BF16");
         let avx2 = cpu(&["avx2", "fma"], &[]);
         assert_eq!(natives(Device::Cpu, &avx2), [Precision::Fp32]);
-        assert_eq!(
-            resolve(Precision::Auto, Device::Cpu, &avx2),
-            Ok(Precision::Fp32)
-        );
         let e = resolve(Precision::Bf16, Device::Cpu, &avx2).unwrap_err();
         assert!(
             e.contains("neither AMX nor AVX-512-BF16") && e.contains("Test CPU"),
@@ -155,7 +162,7 @@ mod tests {
     }
 
     #[test]
-    fn the_override_forces_both_sides_and_gpus_take_bf16() {
+    fn the_override_forces_both_sides() {
         let forced_on = cpu(&["avx2"], &[(FORCE_BF16, "1")]);
         assert_eq!(
             resolve(Precision::Bf16, Device::Cpu, &forced_on),
@@ -167,14 +174,10 @@ mod tests {
         assert!(cpu_bf16(&cpu(&[], &[(FORCE_BF16, "yes")]))
             .unwrap_err()
             .contains("neither 0 nor 1"));
-        let gpu = Device::Cuda(0);
+        assert_eq!(natives(Device::Cpu, &forced_off), [Precision::Fp32]);
         assert_eq!(
-            resolve(Precision::Auto, gpu, &forced_off),
-            Ok(Precision::Bf16)
-        );
-        assert_eq!(
-            resolve(Precision::Fp16, gpu, &forced_off),
-            Ok(Precision::Fp16)
+            natives(Device::Cpu, &forced_on),
+            [Precision::Bf16, Precision::Fp32]
         );
     }
 }

@@ -1,7 +1,8 @@
-//! The start-up probe behind `--memory-format auto` (docs/design.md §7): a few training
-//! steps of the run's first architecture at its first batch size, in the run's precision,
-//! timed in each memory format on random data (the arithmetic's speed does not depend on
-//! the values). The run sums the ranks' times and trains in the faster format.
+//! The start-up probe behind `--precision auto` and `--memory-format auto` (docs/design.md
+//! §7): a few training steps of the run's first architecture at its first batch size, timed
+//! in each candidate arithmetic (a precision and a memory format) on random data (the
+//! arithmetic's speed does not depend on the values). The run sums the ranks' times and
+//! trains in the fastest candidate.
 
 use std::time::Instant;
 
@@ -17,7 +18,19 @@ pub const STEPS: usize = 9;
 /// Untimed steps of each format first (oneDNN builds its kernels on the first).
 pub const WARM: usize = 2;
 
-/// One format's model, optimiser and random batch, ready to step.
+/// One candidate's time in the start-up probe, as the run records it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeTime {
+    /// The precision timed.
+    pub precision: Precision,
+    /// The memory format timed.
+    pub memory_format: MemoryFormat,
+    /// Median seconds per training step, summed over the training ranks.
+    pub seconds_per_step: f64,
+}
+
+/// One candidate's model, optimiser and random batch, ready to step.
 struct Setup {
     _vs: nn::VarStore,
     net: Net,
@@ -75,21 +88,20 @@ impl Setup {
     }
 }
 
-/// Seconds per step of `graph` at `batch` images in NCHW and in channels-last: the medians
-/// of [`STEPS`] steps of each, taken one of each in turn so that a neighbour's load or the
-/// machine's drift falls on both alike.
-pub fn formats(
+/// Seconds per step of `graph` at `batch` images in each of `candidates` (a precision and a
+/// memory format): the medians of [`STEPS`] steps of each, taken one of each in turn so
+/// that a neighbour's load or the machine's drift falls on all alike.
+pub fn candidates(
     graph: &Graph,
     batch: u32,
-    precision: Precision,
+    candidates: &[(Precision, MemoryFormat)],
     device: Device,
-) -> Result<[f64; 2], TrainError> {
-    let setup = |f| Setup::new(graph, i64::from(batch), (precision, f), device);
-    let mut ready = [
-        setup(MemoryFormat::Nchw)?,
-        setup(MemoryFormat::ChannelsLast)?,
-    ];
-    let mut times = [Vec::with_capacity(STEPS), Vec::with_capacity(STEPS)];
+) -> Result<Vec<f64>, TrainError> {
+    let mut ready = candidates
+        .iter()
+        .map(|&c| Setup::new(graph, i64::from(batch), c, device))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut times = vec![Vec::with_capacity(STEPS); ready.len()];
     for i in 0..WARM + STEPS {
         for (s, t) in ready.iter_mut().zip(times.iter_mut()) {
             let secs = s.step()?;
@@ -98,16 +110,22 @@ pub fn formats(
             }
         }
     }
-    Ok(times.map(crate::stats::median))
+    Ok(times.into_iter().map(crate::stats::median).collect())
 }
 
-/// The faster format given the summed seconds per step of each (NCHW on a tie).
-pub fn faster(seconds: [f64; 2]) -> MemoryFormat {
-    if seconds[1] < seconds[0] {
-        MemoryFormat::ChannelsLast
-    } else {
-        MemoryFormat::Nchw
+/// The index of the fastest candidate given the summed seconds per step of each (the
+/// earlier one on a tie; `None` for none or a time that is not a positive number).
+pub fn fastest(seconds: &[f64]) -> Option<usize> {
+    if seconds.is_empty() || seconds.iter().any(|s| !(s.is_finite() && *s > 0.0)) {
+        return None;
     }
+    let mut best = 0;
+    for (i, s) in seconds.iter().enumerate() {
+        if *s < seconds[best] {
+            best = i;
+        }
+    }
+    Some(best)
 }
 
 #[cfg(test)]
@@ -115,12 +133,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_probe_times_both_formats_and_picks_the_faster() {
+    fn the_probe_times_every_candidate_and_picks_the_fastest() {
         let g = crate::arch::by_name("resnet8", crate::arch::Shape::new(1, 12, 12), 10).unwrap();
-        let s = formats(&g, 4, Precision::Fp32, Device::Cpu).unwrap();
+        let c = [
+            (Precision::Fp32, MemoryFormat::Nchw),
+            (Precision::Fp32, MemoryFormat::ChannelsLast),
+        ];
+        let s = candidates(&g, 4, &c, Device::Cpu).unwrap();
+        assert_eq!(s.len(), 2);
         assert!(s.iter().all(|t| t.is_finite() && *t > 0.0), "{s:?}");
-        assert_eq!(faster([2.0, 1.0]), MemoryFormat::ChannelsLast);
-        assert_eq!(faster([1.0, 2.0]), MemoryFormat::Nchw);
-        assert_eq!(faster([1.0, 1.0]), MemoryFormat::Nchw);
+        assert_eq!(fastest(&[2.0, 1.0, 3.0]), Some(1));
+        assert_eq!(fastest(&[1.0, 2.0]), Some(0));
+        assert_eq!(fastest(&[1.0, 1.0]), Some(0));
+        assert_eq!(fastest(&[]), None);
+        assert_eq!(fastest(&[1.0, f64::NAN]), None);
     }
 }
