@@ -61,7 +61,7 @@ pub fn doctor(json: bool, device: crate::platform::DeviceChoice) -> anyhow::Resu
         device == crate::platform::DeviceChoice::Cpu,
     );
     let mine = match refused {
-        Some(why) => Err(anyhow::anyhow!("{}: {why}", p.host)),
+        Some(why) => Err(anyhow::anyhow!("{why}")),
         None => Ok(()),
     };
     super::agree(&world, mine)

@@ -213,7 +213,8 @@ fn placement(
 }
 
 /// A node with GPUs and a libtorch without CUDA would train the real trainer on the host's
-/// processors: refused (on whichever rank sees it, naming its host) unless `--device cpu`.
+/// processors: refused (on whichever rank sees it; the agreed error names its rank and host)
+/// unless `--device cpu`.
 fn gpus_usable(config: &RecordedConfig, device: DeviceChoice) -> anyhow::Result<()> {
     if config.trainer != TrainerKind::Real {
         return Ok(());
@@ -221,7 +222,7 @@ fn gpus_usable(config: &RecordedConfig, device: DeviceChoice) -> anyhow::Result<
     let gpus = crate::gpu::visible();
     let cuda = crate::gpu::libtorch_has_cuda();
     match crate::gpu::refusal(gpus.as_deref(), cuda, device == DeviceChoice::Cpu) {
-        Some(why) => bail!("{}: {why}", bootstrap::host_name()),
+        Some(why) => bail!("{why}"),
         None => Ok(()),
     }
 }
