@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent check of a run's seal (records schemas 3 to 5), written from results/README.md
+"""An independent check of a run's seal (records schemas 3 to 6), written from results/README.md
 alone with h5py and hashlib: recomputes every dataset's chain (and every carried row digest),
 compares the chain ends with `primary_digests` / `group_digests`, and recomputes the run
 digest over the sealed attributes. Prints the run digest and `intact`, or each problem and
@@ -104,8 +104,8 @@ def main(argv):
     problems = []
     with h5py.File(run / "primary.h5", "r") as p:
         version = int(p.attrs["schema_version"])
-        if version not in (3, 4, 5):
-            print(f"schema {version}: not sealed as schemas 3 to 5 are", file=sys.stderr)
+        if version not in (3, 4, 5, 6):
+            print(f"schema {version}: not sealed as schemas 3 to 6 are", file=sys.stderr)
             return 2
         known = {a[0] for a in sealed_attrs(version)} | {"run_digest"}
         problems += [f"primary.h5: attribute {n!r} is not sealed" for n in p.attrs if n not in known]

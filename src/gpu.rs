@@ -1,10 +1,8 @@
 //! A node's NVIDIA GPUs seen without libtorch (docs/design.md §7): whether any are visible
 //! (NVML's device count, or the driver's `/dev/nvidia0`), each CUDA device's compute
-//! capability (the CUDA driver API, loaded at run time, in the ordinals libtorch uses), the
-//! precisions a capability computes natively, and the refusal of a node whose GPUs a CPU-only
-//! libtorch would leave idle.
-
-use crate::train::Precision;
+//! capability (the CUDA driver API, loaded at run time, in the ordinals libtorch uses; which
+//! precisions it makes native, the trainer's native-precision table decides), and the
+//! refusal of a node whose GPUs a CPU-only libtorch would leave idle.
 
 /// Forces whether this node counts as having visible GPUs (`0` or `1`), for tests of the
 /// refusal on machines without a GPU (and the opposite on a node whose GPUs are reserved
@@ -24,25 +22,6 @@ impl std::fmt::Display for Capability {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}.{}", self.major, self.minor)
     }
-}
-
-/// The precisions a device of capability `cap` computes natively (fp32 last). From NVIDIA's
-/// CUDA Programming Guide (appendix "Compute Capabilities") and the PTX ISA's `mma`
-/// instruction: tensor cores multiply fp16 from compute capability 7.0 (Volta) and bf16 from
-/// 8.0 (Ampere). Below 7.0 (Pascal's P100 and older) and for bf16 below 8.0 (V100, T4),
-/// libtorch runs the reduced type on the ordinary cores or converts it, which buys nothing
-/// a benchmark should choose, so only fp32 counts.
-pub fn natives_for(cap: Capability) -> Vec<Precision> {
-    let at_least = |major, minor| cap >= Capability { major, minor };
-    let mut v = Vec::new();
-    if at_least(8, 0) {
-        v.push(Precision::Bf16);
-    }
-    if at_least(7, 0) {
-        v.push(Precision::Fp16);
-    }
-    v.push(Precision::Fp32);
-    v
 }
 
 /// The CUDA driver library's file name (the driver installs it; no toolkit is needed).
@@ -137,35 +116,6 @@ pub fn refusal(gpus: Option<&str>, cuda: bool, cpu_asked: bool) -> Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn cap(major: u32, minor: u32) -> Capability {
-        Capability { major, minor }
-    }
-
-    #[test]
-    fn every_capability_class_gets_its_native_precisions() {
-        use Precision::{Bf16, Fp16, Fp32};
-        // Pascal (P100 6.0, P40 6.1) and older: fp32 only.
-        for c in [cap(3, 7), cap(5, 2), cap(6, 0), cap(6, 1)] {
-            assert_eq!(natives_for(c), [Fp32], "{c}");
-        }
-        // Volta (V100 7.0), Turing (T4 7.5): fp16 tensor cores, no bf16.
-        for c in [cap(7, 0), cap(7, 2), cap(7, 5)] {
-            assert_eq!(natives_for(c), [Fp16, Fp32], "{c}");
-        }
-        // Ampere (A100 8.0, A10 8.6), Ada (8.9), Hopper (9.0), Blackwell (10.0, 12.0).
-        for c in [
-            cap(8, 0),
-            cap(8, 6),
-            cap(8, 9),
-            cap(9, 0),
-            cap(10, 0),
-            cap(12, 0),
-        ] {
-            assert_eq!(natives_for(c), [Bf16, Fp16, Fp32], "{c}");
-        }
-        assert_eq!(cap(7, 5).to_string(), "7.5");
-    }
 
     #[test]
     fn a_gpu_node_with_a_cpu_libtorch_is_refused_unless_cpu_is_asked() {

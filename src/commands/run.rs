@@ -237,12 +237,18 @@ fn print_score(results: &Path, config: &RecordedConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// When every trial failed (their losses non-finite), the settings that make training
-/// diverge, named with their values; else nothing.
+/// When every trial failed (their losses non-finite) but those the deadline cut before they
+/// completed an epoch, the settings that make training diverge, named with their values;
+/// else nothing.
 fn diverged(run: &aiperf_records::Run, config: &RecordedConfig) -> String {
     use aiperf_records::schema::TrialStatus;
-    let all_failed =
-        !run.trials.is_empty() && run.trials.iter().all(|t| t.status == TrialStatus::Failed);
+    let cut_bare =
+        |t: &aiperf_records::schema::TrialRow| t.status == TrialStatus::Stopped && t.epochs == 0;
+    let all_failed = run.trials.iter().any(|t| t.status == TrialStatus::Failed)
+        && run
+            .trials
+            .iter()
+            .all(|t| t.status == TrialStatus::Failed || cut_bare(t));
     if !all_failed {
         return String::new();
     }

@@ -1,7 +1,7 @@
 //! Which precisions a device computes natively (docs/design.md §7): fp32 everywhere; bf16 on
 //! processors whose kernels have bfloat16 instructions (AMX or AVX-512-BF16 on x86, the BF16
 //! extension on Arm) unless a pin holds oneDNN below them; on GPUs by compute capability
-//! (fp16 from 7.0, bf16 from 8.0: [`crate::gpu::natives_for`]). A run refuses a precision
+//! (fp16 from 7.0, bf16 from 8.0: [`natives_for`]). A run refuses a precision
 //! its device would only emulate; native is not the same as fast (bf16 on AVX-512-BF16
 //! without AMX is slower than fp32), so `auto` is measured among the native ones by the
 //! start-up probe, never ranked here. `AIPERF_NATIVE_BF16=0|1` forces the processor's
@@ -69,12 +69,31 @@ pub fn cpu_bf16(fp: &Fingerprint) -> Result<String, String> {
     Ok(hardware.into())
 }
 
+/// The precisions a device of capability `cap` computes natively (fp32 last). From NVIDIA's
+/// CUDA Programming Guide (appendix "Compute Capabilities") and the PTX ISA's `mma`
+/// instruction: tensor cores multiply fp16 from compute capability 7.0 (Volta) and bf16 from
+/// 8.0 (Ampere). Below 7.0 (Pascal's P100 and older) and for bf16 below 8.0 (V100, T4),
+/// libtorch runs the reduced type on the ordinary cores or converts it, which buys nothing
+/// a benchmark should choose, so only fp32 counts.
+pub fn natives_for(cap: crate::gpu::Capability) -> Vec<Precision> {
+    let at_least = |major, minor| cap >= crate::gpu::Capability { major, minor };
+    let mut v = Vec::new();
+    if at_least(8, 0) {
+        v.push(Precision::Bf16);
+    }
+    if at_least(7, 0) {
+        v.push(Precision::Fp16);
+    }
+    v.push(Precision::Fp32);
+    v
+}
+
 /// The precisions `device` computes natively (`fp32` always, and last). A GPU whose compute
 /// capability cannot be read counts as fp32 only, with a warning naming why.
 pub fn natives(device: Device, fp: &Fingerprint) -> Vec<Precision> {
     if let Device::Cuda(i) = device {
         return match crate::gpu::capability(i) {
-            Ok(cap) => crate::gpu::natives_for(cap),
+            Ok(cap) => natives_for(cap),
             Err(e) => {
                 log::warn!(
                     "cuda:{i}: compute capability unknown ({e}); only fp32 counts as native"
@@ -159,6 +178,35 @@ mod tests {
             resolve(Precision::Fp32, Device::Cpu, &avx2),
             Ok(Precision::Fp32)
         );
+    }
+
+    fn cap(major: u32, minor: u32) -> crate::gpu::Capability {
+        crate::gpu::Capability { major, minor }
+    }
+
+    #[test]
+    fn every_capability_class_gets_its_native_precisions() {
+        use Precision::{Bf16, Fp16, Fp32};
+        // Pascal (P100 6.0, P40 6.1) and older: fp32 only.
+        for c in [cap(3, 7), cap(5, 2), cap(6, 0), cap(6, 1)] {
+            assert_eq!(natives_for(c), [Fp32], "{c}");
+        }
+        // Volta (V100 7.0), Turing (T4 7.5): fp16 tensor cores, no bf16.
+        for c in [cap(7, 0), cap(7, 2), cap(7, 5)] {
+            assert_eq!(natives_for(c), [Fp16, Fp32], "{c}");
+        }
+        // Ampere (A100 8.0, A10 8.6), Ada (8.9), Hopper (9.0), Blackwell (10.0, 12.0).
+        for c in [
+            cap(8, 0),
+            cap(8, 6),
+            cap(8, 9),
+            cap(9, 0),
+            cap(10, 0),
+            cap(12, 0),
+        ] {
+            assert_eq!(natives_for(c), [Bf16, Fp16, Fp32], "{c}");
+        }
+        assert_eq!(cap(7, 5).to_string(), "7.5");
     }
 
     #[test]
