@@ -166,6 +166,41 @@ fn doctor_under_mpirun_reports_every_rank() {
     assert_eq!(ranks, vec![0, 1]);
 }
 
+/// The doctor on a node that counts as having GPUs (`AIPERF_GPU_NODE=1`) with this CPU-only
+/// libtorch: it reports, then fails naming the command that gets a CUDA build — unless
+/// `--device cpu` asks for the processors.
+#[test]
+fn doctor_refuses_a_cpu_libtorch_on_a_gpu_node_unless_cpu_is_asked() {
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let doctor = |extra: &[&str]| {
+        let out = Command::new(&launcher)
+            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+            .env("AIPERF_GPU_NODE", "1")
+            .args(["2", "doctor"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+        (out.status.success(), text.into_owned())
+    };
+    let (ok, text) = doctor(&[]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains("computes natively")
+            && text.contains("this node has GPUs (forced by AIPERF_GPU_NODE=1)")
+            && text.contains("make build AIPERF_TORCH=cuda"),
+        "{text}"
+    );
+    let (ok, text) = doctor(&["--device", "cpu"]);
+    assert!(ok && text.contains("computes natively"), "{text}");
+    // Asking for CUDA where libtorch has none is an error, not a quiet fall-back.
+    let (ok, text) = doctor(&["--device", "cuda"]);
+    assert!(
+        !ok && text.contains("--device cuda: libtorch sees no CUDA device"),
+        "{text}"
+    );
+}
+
 #[test]
 fn ops_prints_the_resnet50_reference_counts() {
     let out = aiperf()

@@ -42,13 +42,16 @@ pub struct WithPlatform<'a> {
 
 impl Arithmetic {
     /// Probes this rank on `choice` (collective over `world`: the node's ranks are
-    /// counted).
-    pub fn probe(world: &SimpleCommunicator, choice: crate::platform::DeviceChoice) -> Self {
+    /// counted); an error where `choice` asks for CUDA and libtorch sees none.
+    pub fn probe(
+        world: &SimpleCommunicator,
+        choice: crate::platform::DeviceChoice,
+    ) -> anyhow::Result<Self> {
         let node = world.split_shared(world.rank());
         let (local, on_node) = (node.rank().max(0) as usize, node.size().max(1) as usize);
         let threads = crate::cluster::bootstrap::default_threads(on_node);
         tch::set_num_threads(i32::try_from(threads).unwrap_or(1));
-        let device = choice.resolve(local).unwrap_or(tch::Device::Cpu);
+        let device = choice.resolve(local).map_err(anyhow::Error::msg)?;
         let compute_capability = match device {
             tch::Device::Cuda(i) => Some(match crate::gpu::capability(i) {
                 Ok(c) => c.to_string(),
@@ -67,7 +70,7 @@ impl Arithmetic {
                 Err(e) => errors.push(format!("{}: {e}", p.name())),
             }
         }
-        Arithmetic {
+        Ok(Arithmetic {
             device: crate::host::device_label(device),
             compute_capability,
             native_precisions: natives.iter().map(|p| Precision::name(*p)).collect(),
@@ -78,7 +81,7 @@ impl Arithmetic {
             threads,
             ceilings,
             errors,
-        }
+        })
     }
 
     /// The JSON object of `platform` with these fields beside its own.

@@ -20,37 +20,26 @@ pub fn doctor(json: bool, device: crate::platform::DeviceChoice) -> anyhow::Resu
         }
     }
     let p = Platform::probe(crate::version::mpi_library(), world.size(), world.rank());
-    let arith = super::arithmetic::Arithmetic::probe(&world, device);
-    if json {
-        println!("{}", serde_json::to_string(&arith.with(&p))?);
+    // Every rank or none: `--device cuda` without CUDA is an error, not a fall-back.
+    let arith = super::agree(&world, super::arithmetic::Arithmetic::probe(&world, device))?;
+    let mine = if json {
+        serde_json::to_string(&arith.with(&p))?
     } else {
-        let a = &p.accelerators;
-        let gpus = if a.names.is_empty() {
-            format!("none named ({})", a.nvml)
-        } else {
-            format!(
-                "{} (driver {})",
-                a.names.join(", "),
-                a.driver.as_deref().unwrap_or("unknown")
-            )
-        };
-        println!(
-            "rank {}/{} on {} ({} cpus): aiperf {}, libtorch {} (cuda: {}, {} device(s), cudnn: {}, {} threads), accelerators: {gpus}, MPI {} (CUDA-aware: {}), HDF5 {}",
+        format!(
+            "{}\nrank {}/{}: {}",
+            platform_line(&p),
             p.mpi_rank,
             p.mpi_world_size,
-            p.host,
-            p.cpus,
-            p.aiperf_version,
-            p.libtorch_lib,
-            p.cuda_available,
-            p.cuda_devices,
-            p.cudnn_available,
-            p.torch_threads,
-            p.mpi_library,
-            p.mpi_cuda_aware,
-            p.hdf5_version
-        );
-        println!("rank {}/{}: {}", p.mpi_rank, p.mpi_world_size, arith.line());
+            arith.line()
+        )
+    };
+    // Rank 0 prints every rank's report in rank order: lines written by several ranks at
+    // once can be interleaved mid-line by the launcher's output forwarding.
+    let all = crate::cluster::transport::all_gather_strings(&world, &mine);
+    if world.rank() == 0 {
+        for text in all {
+            println!("{text}");
+        }
     }
     // What `aiperf run` would refuse, the doctor reports as its error (after the report).
     let gpus = crate::gpu::visible();
@@ -65,6 +54,37 @@ pub fn doctor(json: bool, device: crate::platform::DeviceChoice) -> anyhow::Resu
         None => Ok(()),
     };
     super::agree(&world, mine)
+}
+
+/// The doctor's first line for one rank: its host, aiperf, libtorch, accelerators, MPI and
+/// HDF5.
+fn platform_line(p: &Platform) -> String {
+    let a = &p.accelerators;
+    let gpus = if a.names.is_empty() {
+        format!("none named ({})", a.nvml)
+    } else {
+        format!(
+            "{} (driver {})",
+            a.names.join(", "),
+            a.driver.as_deref().unwrap_or("unknown")
+        )
+    };
+    format!(
+        "rank {}/{} on {} ({} cpus): aiperf {}, libtorch {} (cuda: {}, {} device(s), cudnn: {}, {} threads), accelerators: {gpus}, MPI {} (CUDA-aware: {}), HDF5 {}",
+        p.mpi_rank,
+        p.mpi_world_size,
+        p.host,
+        p.cpus,
+        p.aiperf_version,
+        p.libtorch_lib,
+        p.cuda_available,
+        p.cuda_devices,
+        p.cudnn_available,
+        p.torch_threads,
+        p.mpi_library,
+        p.mpi_cuda_aware,
+        p.hdf5_version
+    )
 }
 
 /// `aiperf comm-bench`: all-reduce and exchange bandwidth over a sweep of sizes.
