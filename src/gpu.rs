@@ -99,6 +99,16 @@ pub fn libtorch_has_cuda() -> bool {
 /// The command that gets a CUDA build of aiperf on a GPU node.
 pub const CUDA_BUILD: &str = "make build AIPERF_TORCH=cuda";
 
+/// [`refusal`] for this node and libtorch: `Err` with the message when a run on `device`
+/// would train a GPU node's work on its processors without being asked to.
+pub fn usable(device: crate::platform::DeviceChoice) -> Result<(), String> {
+    let cpu_asked = device == crate::platform::DeviceChoice::Cpu;
+    match refusal(visible().as_deref(), libtorch_has_cuda(), cpu_asked) {
+        Some(why) => Err(why),
+        None => Ok(()),
+    }
+}
+
 /// The refusal of a run (or doctor) on a node whose GPUs this libtorch cannot use:
 /// `gpus` is what [`visible`] saw, `cuda` whether the libtorch has CUDA, `cpu_asked` whether
 /// the user asked for CPU training (`--device cpu`). `None`: go ahead.

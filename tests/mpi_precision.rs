@@ -260,6 +260,18 @@ fn where_bf16_is_not_native_auto_takes_fp32_and_bf16_is_refused() {
         !tmp.path().join("gpu-node/primary.h5").exists(),
         "nothing recorded"
     );
+    // CUDA asked for where libtorch has none: an error the whole job hears (the primary,
+    // which needs no device, must not wait for ranks that stopped).
+    let (code, text) = run(tmp.path(), "cuda", "0", &["--device", "cuda"]);
+    assert_ne!(code, 0, "{text}");
+    assert!(
+        text.contains("--device cuda: libtorch sees no CUDA device"),
+        "{text}"
+    );
+    assert!(
+        !tmp.path().join("cuda/primary.h5").exists(),
+        "nothing recorded"
+    );
 
     // … unless the processors are asked for: fp32 (the only native precision) in the format
     // given, so there is nothing to probe.

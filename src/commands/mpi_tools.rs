@@ -42,18 +42,10 @@ pub fn doctor(json: bool, device: crate::platform::DeviceChoice) -> anyhow::Resu
         }
     }
     // What `aiperf run` would refuse, the doctor reports as its error (after the report).
-    let gpus = crate::gpu::visible();
-    let cuda = crate::gpu::libtorch_has_cuda();
-    let refused = crate::gpu::refusal(
-        gpus.as_deref(),
-        cuda,
-        device == crate::platform::DeviceChoice::Cpu,
-    );
-    let mine = match refused {
-        Some(why) => Err(anyhow::anyhow!("{why}")),
-        None => Ok(()),
-    };
-    super::agree(&world, mine)
+    super::agree(
+        &world,
+        crate::gpu::usable(device).map_err(anyhow::Error::msg),
+    )
 }
 
 /// The doctor's first line for one rank: its host, aiperf, libtorch, accelerators, MPI and

@@ -50,7 +50,9 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     let device = flags.device;
     drop(flags);
     agree(&world, gpus_usable(&config, device))?;
-    let place = once(&world, placement(&world, &config, saved.as_ref(), device))?;
+    // Agreed, not `once`: `--device cuda` fails on the training ranks only (the primary
+    // needs no device), and every rank must hear of it.
+    let place = agree(&world, placement(&world, &config, saved.as_ref(), device))?;
     tch::set_num_threads(i32::try_from(place.threads).unwrap_or(i32::MAX));
     let common = bootstrap::common(&world, &place, saved.as_ref().map(|s| s.t0_s));
     let mut config = config;
@@ -219,12 +221,7 @@ fn gpus_usable(config: &RecordedConfig, device: DeviceChoice) -> anyhow::Result<
     if config.trainer != TrainerKind::Real {
         return Ok(());
     }
-    let gpus = crate::gpu::visible();
-    let cuda = crate::gpu::libtorch_has_cuda();
-    match crate::gpu::refusal(gpus.as_deref(), cuda, device == DeviceChoice::Cpu) {
-        Some(why) => bail!("{why}"),
-        None => Ok(()),
-    }
+    crate::gpu::usable(device).map_err(anyhow::Error::msg)
 }
 
 /// Rank 0, once every rank has closed its files: the score table of the run.

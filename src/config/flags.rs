@@ -54,8 +54,8 @@ pub struct RunFlags {
     #[arg(long)]
     pub batch_size: Option<String>,
     /// CPU threads per training rank (default: the cores this rank is bound to, as srun
-    /// --cpus-per-task or mpirun --map-by …:PE=N bind it; unbound, the node's cores shared
-    /// by its training ranks).
+    /// --cpus-per-task or mpirun --map-by …:PE=N bind it; unbound, SLURM_CPUS_PER_TASK in a
+    /// SLURM job, else the node's cores shared by its training ranks).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Where the training ranks compute: auto (CUDA when libtorch sees a device), cpu (the
@@ -63,8 +63,9 @@ pub struct RunFlags {
     /// node with GPUs and a libtorch without CUDA is refused unless cpu is given.
     #[arg(long, value_enum, default_value_t = crate::platform::DeviceChoice::Auto)]
     pub device: crate::platform::DeviceChoice,
-    /// Arithmetic: auto (the fastest every training rank computes natively; the records
-    /// say which), fp32, bf16 (autocast in bfloat16: GPUs, and processors with AMX or
+    /// Arithmetic: auto (measured: a start-up probe times the first architecture's training
+    /// step in every precision every training rank computes natively and takes the fastest;
+    /// the records hold the choice and the times), fp32, bf16 (autocast in bfloat16: GPUs, and processors with AMX or
     /// AVX-512-BF16 — refused where it would be emulated) or fp16 (CUDA autocast with
     /// dynamic loss scaling) [default: the preset's, auto in the built-in ones].
     #[arg(long, value_enum)]

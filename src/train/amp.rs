@@ -11,8 +11,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
-    /// The fastest the node computes natively (bf16 on GPUs and on processors with AMX or
-    /// AVX-512-BF16, else fp32), resolved at start-up and recorded as what it chose.
+    /// Measured: the fastest training step of the precisions every training rank computes
+    /// natively, timed at start-up and recorded as what it chose.
     Auto,
     /// float32 everywhere.
     Fp32,
