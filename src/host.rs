@@ -6,6 +6,16 @@
 /// What [`keep_freed_memory`] sets both glibc thresholds to: 1 GiB.
 pub const MALLOC_KEEP_BYTES: i32 = 1 << 30;
 
+/// A write past the file-size limit (`ulimit -f`) fails with `EFBIG`, naming its file in
+/// aiperf's error, instead of killing the process by `SIGXFSZ` without a word: the
+/// signal is ignored (at the start of `main`).
+pub fn ignore_file_size_signal() {
+    // SAFETY: setting a signal's disposition to SIG_IGN installs no handler code.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
 /// Keeps large freed blocks in the process for reuse instead of handing them back to the
 /// kernel. By default glibc maps every allocation over 32 MiB afresh — each page faulted in
 /// and zeroed by the kernel on first touch — and unmaps it when freed: for the loader's

@@ -29,6 +29,7 @@ fn alike(r: anyhow::Result<()>) -> anyhow::Result<()> {
 
 fn main() -> ExitCode {
     aiperf::host::keep_freed_memory();
+    aiperf::host::ignore_file_size_signal();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
     // Under a launcher every rank parses the same command line: rank 0 alone prints what
     // clap has to say (an error, or --help) and exits with clap's status; the others leave

@@ -197,16 +197,20 @@ pub fn run(args: &ScoreArgs) -> anyhow::Result<Outcome> {
         Some(_) if args.runs.len() > 1 => {
             anyhow::bail!("--digest checks one run: give one run folder with it")
         }
-        Some(hex) => Some(digest::parse_hex(hex).map_err(|e| anyhow::anyhow!("--digest {e}"))?),
+        Some(hex) => Some(
+            digest::parse_hex(hex, digest::Wanted::Run)
+                .map_err(|e| anyhow::anyhow!("--digest {e}"))?,
+        ),
         None => None,
     };
     let audit_digest = match &args.audit_digest {
         Some(_) if args.runs.len() > 1 => {
             anyhow::bail!("--audit-digest checks one run's audit: give one run folder with it")
         }
-        Some(hex) => {
-            Some(digest::parse_hex(hex).map_err(|e| anyhow::anyhow!("--audit-digest {e}"))?)
-        }
+        Some(hex) => Some(
+            digest::parse_hex(hex, digest::Wanted::Audit)
+                .map_err(|e| anyhow::anyhow!("--audit-digest {e}"))?,
+        ),
         None => None,
     };
     check_outputs(args)?;

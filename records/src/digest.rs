@@ -247,12 +247,29 @@ pub fn hex(d: &Digest) -> String {
     d.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A 64-digit hex digest (either case), or why not.
-pub fn parse_hex(text: &str) -> Result<Digest, String> {
+/// Which digest a reader is asked for, so that a malformed one is named right.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wanted {
+    /// The run digest (`aiperf score --digest`).
+    Run,
+    /// The audit digest (`aiperf score --audit-digest`).
+    Audit,
+}
+
+/// A 64-digit hex digest (either case), or why not (naming the `wanted` digest).
+pub fn parse_hex(text: &str, wanted: Wanted) -> Result<Digest, String> {
     let t = text.trim();
     if t.len() != 64 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let (name, origin) = match wanted {
+            Wanted::Run => ("run digest", "in rank 0's closing log line of `aiperf run`"),
+            Wanted::Audit => (
+                "audit digest",
+                "that `aiperf audit` printed when it wrote audit.h5",
+            ),
+        };
         return Err(format!(
-            "{t:?} is not a SHA-256 digest: give the 64 hex digits of the \"run digest\" in rank 0's closing log line"
+            "{t:?} is not a SHA-256 digest ({} hex digits): give the 64 hex digits of the \"{name}\" {origin}",
+            t.len()
         ));
     }
     let mut d = [0u8; 32];

@@ -22,6 +22,15 @@ pub enum RecordError {
         /// HDF5's message.
         message: String,
     },
+    /// A record file may not grow by another append ([`crate::headroom`]): the run stops
+    /// while every file is whole.
+    #[error("{path}: {problem}")]
+    NoRoom {
+        /// The file that would have grown.
+        path: PathBuf,
+        /// The room left and what to do.
+        problem: String,
+    },
     /// The folder is not a run.
     #[error("{0}: no primary.h5 here; give the folder of one run (results/<run-id>/)")]
     NotARun(PathBuf),

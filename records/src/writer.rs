@@ -14,6 +14,7 @@ use crate::schema::{
     attr, group_file, AttrKind, AttrValue, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow,
     PRIMARY_ATTRS, PRIMARY_FILE, RULES_VERSION, SCHEMA_VERSION,
 };
+use crate::tail::{self, Unwritten};
 
 /// Rows per chunk of every dataset.
 const CHUNK_ROWS: usize = 256;
@@ -98,17 +99,32 @@ fn table<T: H5Type>(file: &File, path: &Path, name: &str) -> Result<Dataset, Rec
         .map_err(h5(path))
 }
 
-/// Appends rows and flushes the file.
+/// Appends rows and flushes the file. Where that fails (a full disk, a file-size limit),
+/// the dataset is shrunk back to the rows it had, so far as the file still takes writes;
+/// rows that reached its extent but not its data read as fill, which a resume drops
+/// ([`crate::tail`]).
 fn append_rows<T: H5Type>(
     file: &File,
     path: &Path,
     ds: &Dataset,
     rows: &[T],
 ) -> Result<(), RecordError> {
+    if let Some(problem) = crate::headroom::short_of_room(path) {
+        return Err(RecordError::NoRoom {
+            path: path.to_path_buf(),
+            problem,
+        });
+    }
     let n = ds.size();
-    ds.resize(n + rows.len()).map_err(h5(path))?;
-    ds.write_slice(rows, n..n + rows.len()).map_err(h5(path))?;
-    file.flush().map_err(h5(path))
+    let written = ds
+        .resize(n + rows.len())
+        .and_then(|()| ds.write_slice(rows, n..n + rows.len()))
+        .and_then(|()| file.flush());
+    if let Err(e) = written {
+        let _ = ds.resize(n).and_then(|()| file.flush());
+        return Err(h5(path)(e));
+    }
+    Ok(())
 }
 
 /// Appends one row and flushes the file.
@@ -139,12 +155,19 @@ impl Chain {
         Chain::at(name, last, rows.len() as u64)
     }
 
-    /// Seals `rows` (filling their carried digests) onto the chain.
-    fn seal<T: Carried>(&self, rows: &[T]) -> Vec<T> {
+    /// Seals `rows` (filling their carried digests) and appends them with `write`; the
+    /// chain goes on only once they are written.
+    fn seal<T: Carried>(
+        &self,
+        rows: &[T],
+        write: impl FnOnce(&[T]) -> Result<(), RecordError>,
+    ) -> Result<(), RecordError> {
         let mut sealed = rows.to_vec();
-        self.last.set(digest::seal(self.last.get(), &mut sealed));
+        let last = digest::seal(self.last.get(), &mut sealed);
+        write(&sealed)?;
+        self.last.set(last);
         self.rows.set(self.rows.get() + rows.len() as u64);
-        sealed
+        Ok(())
     }
 
     /// Extends the chain by `rows` (without carried digests).
@@ -275,15 +298,21 @@ impl PrimaryWriter {
 
     /// Records a finished (or stopped) trial.
     pub fn append_trial(&self, row: &TrialRow) -> Result<(), RecordError> {
-        let sealed = self.chains[0].seal(std::slice::from_ref(row));
-        append_rows(&self.file, &self.path, &self.trials, &sealed)
+        self.chains[0].seal(std::slice::from_ref(row), |sealed| {
+            append_rows(&self.file, &self.path, &self.trials, sealed)
+        })
     }
 
     /// Records a model's architecture (its IR JSON).
     pub fn append_architecture(&self, model_id: u64, json: &str) -> Result<(), RecordError> {
         let json = json.replace('\0', "");
         append(&self.file, &self.path, &self.arch_json, &text(&json))?;
-        append(&self.file, &self.path, &self.arch_ids, &model_id)?;
+        if let Err(e) = append(&self.file, &self.path, &self.arch_ids, &model_id) {
+            // Both or neither: the text without its id is taken back.
+            let n = self.arch_json.size();
+            let _ = (self.arch_json.resize(n - 1)).and_then(|()| self.file.flush());
+            return Err(e);
+        }
         let c = &self.chains[1];
         c.last
             .set(digest::architecture_digest(&c.last.get(), model_id, &json));
@@ -293,8 +322,9 @@ impl PrimaryWriter {
 
     /// Records a TPE observation.
     pub fn append_tpe(&self, row: &TpeRow) -> Result<(), RecordError> {
-        let sealed = self.chains[2].seal(std::slice::from_ref(row));
-        append_rows(&self.file, &self.path, &self.tpe, &sealed)
+        self.chains[2].seal(std::slice::from_ref(row), |sealed| {
+            append_rows(&self.file, &self.path, &self.tpe, sealed)
+        })
     }
 
     /// The values of every sealed attribute as this file holds them.
@@ -338,19 +368,42 @@ impl PrimaryWriter {
     }
 }
 
-/// The primary's chains over the rows a stopped run wrote.
+/// Reads dataset `ds`'s rows, dropping (from the file too) those at its end that were
+/// never written whole ([`crate::tail`]), said so.
+fn written_rows<T: H5Type + Unwritten>(
+    path: &Path,
+    file: &str,
+    (name, ds): (&str, &Dataset),
+) -> Result<Vec<T>, RecordError> {
+    let mut rows: Vec<T> = ds.read_raw().map_err(h5(path))?;
+    let dropped = tail::drop_unwritten(&mut rows);
+    if dropped > 0 {
+        ds.resize(rows.len()).map_err(h5(path))?;
+        log::warn!("{}", tail::note(file, name, dropped));
+    }
+    Ok(rows)
+}
+
+/// The primary's chains over the rows a stopped run wrote whole (the rest dropped).
 fn reopened_chains(
     path: &Path,
     (trials, ids, json, tpe): (&Dataset, &Dataset, &Dataset, &Dataset),
 ) -> Result<[Chain; 3], RecordError> {
-    let trials: Vec<TrialRow> = trials.read_raw().map_err(h5(path))?;
-    let ids: Vec<u64> = ids.read_raw().map_err(h5(path))?;
-    let json: Vec<VarLenUnicode> = json.read_raw().map_err(h5(path))?;
-    let tpe: Vec<TpeRow> = tpe.read_raw().map_err(h5(path))?;
-    let archs: Vec<(u64, String)> = ids
-        .into_iter()
-        .zip(json.iter().map(|j| j.as_str().to_owned()))
+    let trials: Vec<TrialRow> = written_rows(path, PRIMARY_FILE, ("trials", trials))?;
+    let tpe: Vec<TpeRow> = written_rows(path, PRIMARY_FILE, ("tpe", tpe))?;
+    let id_rows: Vec<u64> = ids.read_raw().map_err(h5(path))?;
+    let json_rows: Vec<String> = (json.read_raw::<VarLenUnicode>().map_err(h5(path))?)
+        .iter()
+        .map(|j| j.as_str().to_owned())
         .collect();
+    let whole = tail::architectures_written(&id_rows, &json_rows);
+    let dropped = id_rows.len().max(json_rows.len()) - whole;
+    if dropped > 0 {
+        ids.resize(whole).map_err(h5(path))?;
+        json.resize(whole).map_err(h5(path))?;
+        log::warn!("{}", tail::note(PRIMARY_FILE, "architectures", dropped));
+    }
+    let archs: Vec<(u64, String)> = id_rows.into_iter().zip(json_rows).take(whole).collect();
     let seed = |name| digest::chain_seed(PRIMARY_FILE, name);
     let arch_last = digest::architecture_chain(seed("architectures"), &archs);
     Ok([
@@ -421,15 +474,15 @@ impl GroupWriter {
         let trace = file.dataset("trace").map_err(h5(&path))?;
         // Every chain goes on from the last row written before the stop.
         let name = group_file(group);
-        let rows: Vec<EpochRow> = epochs.read_raw().map_err(h5(&path))?;
+        let rows: Vec<EpochRow> = written_rows(&path, &name, ("epochs", &epochs))?;
         let seed = digest::chain_seed(&name, "epochs");
         let epochs_chain = Chain::at(
             "epochs",
             digest::last_carried(seed, &rows),
             rows.len() as u64,
         );
-        let monitor_rows: Vec<MonitorRow> = monitor.read_raw().map_err(h5(&path))?;
-        let trace_rows: Vec<TraceRow> = trace.read_raw().map_err(h5(&path))?;
+        let monitor_rows: Vec<MonitorRow> = written_rows(&path, &name, ("monitor", &monitor))?;
+        let trace_rows: Vec<TraceRow> = written_rows(&path, &name, ("trace", &trace))?;
         let chains = [
             epochs_chain,
             Chain::over(&name, "monitor", &monitor_rows),
@@ -454,8 +507,9 @@ impl GroupWriter {
 
     /// Records several completed epochs at once (one flush), e.g. when replaying records.
     pub fn append_epochs(&self, rows: &[EpochRow]) -> Result<(), RecordError> {
-        let sealed = self.chains[0].seal(rows);
-        append_rows(&self.file, &self.path, &self.epochs, &sealed)
+        self.chains[0].seal(rows, |sealed| {
+            append_rows(&self.file, &self.path, &self.epochs, sealed)
+        })
     }
 
     /// The file's chains so far, as the primary records them at a clean stop.

@@ -78,7 +78,9 @@ fn a_crashed_run_is_scored_to_its_last_epoch_with_a_warning() {
         .any(|w| w.contains("did not stop cleanly")));
     // Issue 23: with a digest from a job log, records without a run digest are not
     // "altered" (nothing was), but cannot match it: INVALID for want of a seal.
-    let given = aiperf_records::digest::parse_hex(&"ab".repeat(32)).unwrap();
+    let given =
+        aiperf_records::digest::parse_hex(&"ab".repeat(32), aiperf_records::digest::Wanted::Run)
+            .unwrap();
     let s = aiperf_records::score::score_with_digest(
         &read_run(tmp.path()).unwrap(),
         360.0,

@@ -13,8 +13,8 @@ use crate::train::Trainer;
 pub struct RunContext {
     /// Where the records go.
     pub results: PathBuf,
-    /// This job's claim on `results` (`claim::identity`), checked before the first record.
-    pub claim: String,
+    /// This job's claim on `results`, checked before the first record.
+    pub claim: super::claim::Claim,
     /// The start architecture.
     pub start: Graph,
     /// How this rank trains.

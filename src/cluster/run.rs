@@ -51,6 +51,7 @@ pub fn run_primary(
         seed: ctx.seed,
         deadline_s: ctx.deadline_s,
     };
+    super::claim::confirm(&ctx.results, &ctx.claim)?;
     let (writer, resumed) = if ctx.resume {
         // Read the stopped run first (read-only), then reopen its file for appending.
         let state = resume::read(&ctx.results, groups)?;
@@ -58,7 +59,6 @@ pub fn run_primary(
         (writer, Some(state))
     } else {
         let meta = run_meta(world, ctx, config, start, groups);
-        super::claim::confirm(&ctx.results, &ctx.claim)?;
         (PrimaryWriter::create(&ctx.results, &meta)?, None)
     };
     let mut p = Primary::new(writer, pcfg)?;

@@ -35,6 +35,8 @@ struct Saved {
     t0_s: f64,
     world_size: u32,
     groups: u32,
+    /// The claim of the run's gone job, which this job takes over (`None`: none was left).
+    claim: Option<String>,
 }
 
 /// Runs the benchmark.
@@ -75,7 +77,9 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     let ceilings = super::kernels::resolve(&world, &place, &common, &mut config, first_graph)?;
     let built = trainer(&world, &config, &place, &given);
     let (trainer, start_graph, dataset) = agree(&world, built)?;
-    let claim = claim_results(&world, &results, common.t0_s, saved.is_some())?;
+    let claim = claim_results(&world, &results, common.t0_s, saved.as_ref())?;
+    // Rank 0 keeps the claim fresh while the job lives: a resume elsewhere can tell.
+    let _heartbeat = (rank == 0).then(|| claim::Heartbeat::start(&results, &claim.me));
     // Every rank or none goes on to its role: one rank's failure here must not leave the
     // others waiting in it.
     let built = context(
@@ -156,25 +160,26 @@ fn resolve_exchange(
 }
 
 /// Collective, once every check has passed: rank 0 claims the results folder for this job
-/// (a resumed run takes the claim over) and every rank learns the claim, which each writer
-/// checks again before its first record.
+/// (a resumed run takes the gone job's claim over) and every rank learns the claim, which
+/// each writer checks again before its first record.
 fn claim_results(
     world: &SimpleCommunicator,
     results: &Path,
     t0_s: f64,
-    resume: bool,
-) -> anyhow::Result<String> {
+    saved: Option<&Saved>,
+) -> anyhow::Result<claim::Claim> {
+    let replaces = saved.and_then(|s| s.claim.clone());
     let mine = (world.rank() == 0).then(|| {
         let me = claim::identity(t0_s);
-        let claimed = if resume {
-            claim::reclaim(results, &me)
-        } else {
-            claim::claim_fresh(results, &me)
+        let claimed = match saved {
+            Some(_) => claim::take_over(results, replaces.as_deref(), &me),
+            None => claim::claim_fresh(results, &me),
         };
         claimed.map(|()| me).map_err(|e| format!("{e:#}"))
     });
     let claimed: Result<String, String> = broadcast_value(world, mine.as_ref())?;
-    once(world, claimed.map_err(anyhow::Error::msg))
+    let me = once(world, claimed.map_err(anyhow::Error::msg))?;
+    Ok(claim::Claim { me, replaces })
 }
 
 /// `--print-config`: the resolved preset as a preset file.
@@ -267,7 +272,7 @@ fn diverged(run: &aiperf_records::Run, config: &RecordedConfig) -> String {
 fn context(
     config: &RecordedConfig,
     common: &bootstrap::Common,
-    (results, claim): (PathBuf, String),
+    (results, claim): (PathBuf, claim::Claim),
     resume: bool,
     trainer: Box<dyn Trainer>,
     start: Graph,
@@ -359,6 +364,8 @@ fn configure(
 /// Rank 0: a stopped run's configuration and start; refuses a run that already ended at
 /// its deadline (resuming it would rewrite its score).
 fn read_saved(dir: &Path) -> anyhow::Result<Saved> {
+    // Before the records are opened: a live job may be writing them.
+    let claim = claim::check_resume(dir)?;
     let config_json =
         aiperf_records::read_config(dir).with_context(|| format!("--resume {}", dir.display()))?;
     let info = aiperf_records::read_run(dir)
@@ -382,6 +389,7 @@ fn read_saved(dir: &Path) -> anyhow::Result<Saved> {
         t0_s: info.start_time_s,
         world_size: info.world_size,
         groups: info.groups,
+        claim,
     })
 }
 

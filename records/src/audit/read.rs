@@ -195,6 +195,19 @@ pub fn summary(
         problems,
     };
     match read(dir, run_digest) {
+        // Verification asked for is verification done: no audit is a failed one.
+        Ok(None) if audit_digest.is_some() => {
+            let path = dir.join(AUDIT_FILE);
+            let what = match std::fs::read_link(&path) {
+                Ok(target) => format!("is a link to {}, which does not exist", target.display()),
+                Err(_) => "is missing".into(),
+            };
+            Some(empty(vec![format!(
+                "{} {what}: --audit-digest asks to verify the audit, and there is none to verify (audit the run with `aiperf audit {}`, or score without --audit-digest)",
+                path.display(),
+                dir.display()
+            )]))
+        }
         Ok(None) => None,
         Err(e) => Some(empty(vec![e.to_string()])),
         Ok(Some(r)) => {

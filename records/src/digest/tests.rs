@@ -157,8 +157,21 @@ fn the_run_digest_covers_every_name_presence_and_value_and_hex_round_trips() {
     ] {
         assert_ne!(base, run_digest(&other), "{other:?}");
     }
-    assert_eq!(parse_hex(&hex(&base)).unwrap(), base);
-    assert_eq!(parse_hex(&hex(&base).to_uppercase()).unwrap(), base);
-    assert!(parse_hex("abc").unwrap_err().contains("64 hex digits"));
-    assert!(parse_hex(&"g".repeat(64)).is_err());
+    assert_eq!(parse_hex(&hex(&base), Wanted::Run).unwrap(), base);
+    assert_eq!(
+        parse_hex(&hex(&base).to_uppercase(), Wanted::Run).unwrap(),
+        base
+    );
+    let run = parse_hex("abc", Wanted::Run).unwrap_err();
+    assert!(run.contains("64 hex digits of the \"run digest\""), "{run}");
+    assert!(parse_hex(&"g".repeat(64), Wanted::Run).is_err());
+    // Each flag names the digest it wants, not the other one.
+    for bad in ["", "abc", &"g".repeat(64)] {
+        let audit = parse_hex(bad, Wanted::Audit).unwrap_err();
+        assert!(
+            audit.contains("\"audit digest\" that `aiperf audit` printed"),
+            "{audit}"
+        );
+        assert!(!audit.contains("run digest"), "{audit}");
+    }
 }

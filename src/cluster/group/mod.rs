@@ -166,11 +166,11 @@ pub fn leader<C: Communicator>(
     };
     let running = absorb(welcome, &mut history);
     // After the welcome: the primary has read a resumed run's records by then.
+    crate::cluster::claim::confirm(&ctx.results, &ctx.claim)
+        .map_err(|e| GroupError::Claim(format!("{e:#}")))?;
     let writer = if ctx.resume {
         GroupWriter::open_or_create(&ctx.results, group, ranks)
     } else {
-        crate::cluster::claim::confirm(&ctx.results, &ctx.claim)
-            .map_err(|e| GroupError::Claim(format!("{e:#}")))?;
         GroupWriter::create(&ctx.results, group, ranks)
     }?;
     generator.update(history.clone(), first_kernel);

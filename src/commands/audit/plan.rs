@@ -107,7 +107,15 @@ fn best_trial(run: &aiperf_records::Run) -> Option<(usize, u32)> {
 pub(super) fn plan(args: &AuditArgs) -> anyhow::Result<(Plan, Recorded)> {
     let dir = &args.dir;
     let out = dir.join(audit::AUDIT_FILE);
-    if out.exists() {
+    // A link counts as there, dangling or not: the audit would be written through it.
+    if out.symlink_metadata().is_ok() {
+        if !out.exists() {
+            bail!(
+                "{}: a link to {}, which does not exist: an audit is written to a new file of its own; remove the link to audit",
+                out.display(),
+                std::fs::read_link(&out).map_or_else(|_| "?".into(), |t| t.display().to_string())
+            );
+        }
         // Refused before anything is re-trained.
         bail!(
             "{}: exists: an audit is never replaced; move it away to audit again",
@@ -116,7 +124,8 @@ pub(super) fn plan(args: &AuditArgs) -> anyhow::Result<(Plan, Recorded)> {
     }
     let run = aiperf_records::read_run(dir).with_context(|| format!("audit {}", dir.display()))?;
     let hex = sealed_digest(&run, dir)?;
-    let digest = aiperf_records::digest::parse_hex(&hex).map_err(anyhow::Error::msg)?;
+    let digest = aiperf_records::digest::parse_hex(&hex, aiperf_records::digest::Wanted::Run)
+        .map_err(anyhow::Error::msg)?;
     let config: RecordedConfig = serde_json::from_str(&run.info.config_json)
         .with_context(|| format!("audit {}: the recorded configuration", dir.display()))?;
     if config.trainer != crate::config::TrainerKind::Real {
