@@ -1,6 +1,7 @@
 //! Nothing lost, nothing miscounted, under a real `mpirun`: a results folder belongs to one
 //! job (two jobs started together with HDF5's file locking off leave one intact run and one
-//! refusal, in either order), a folder holding any aiperf record (an audit included) is
+//! refusal, in either order; two resumes of one killed run leave one resumed run; a resume
+//! of a live run is refused and the run goes on intact), a folder holding any aiperf record (an audit included) is
 //! refused, validation images of another shape than the training images are refused before
 //! anything trains, and a run whose every loss is non-finite names the settings that diverge.
 
@@ -204,4 +205,105 @@ fn regression_validation_images_of_another_shape_are_refused_naming_both() {
         "{t}"
     );
     assert!(!dir.join("primary.h5").exists(), "nothing recorded");
+}
+
+/// Starts a 3-rank simulated run into `dir` and SIGKILLs one rank once it has recorded a few
+/// epochs: a run to resume, its claim left by a job that is gone.
+fn killed_run(dir: &Path) {
+    let mut child =
+        spawn(simulated(dir, &["--duration", "60"]).stderr(std::process::Stdio::piped()));
+    let log = common::StderrLog::follow(&mut child);
+    log.wait_for(Duration::from_secs(120), |l| {
+        l.matches(" epoch ").count() >= 4
+    });
+    let pids = common::rank_pids(dir);
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    assert!(output(Command::new("kill").args(["-KILL", &pids[1]]))
+        .status
+        .success());
+    assert!(!child.wait().unwrap().success());
+    log.finish();
+    common::wait_released(dir, Duration::from_secs(60));
+}
+
+/// `aiperf run --resume DIR` on 3 ranks, HDF5's file locking off.
+fn resume(dir: &Path) -> Command {
+    let mut c = Command::new(launcher());
+    c.env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        .env("HDF5_USE_FILE_LOCKING", "FALSE")
+        .args(["3", "run", "--resume"])
+        .arg(dir);
+    c
+}
+
+#[test]
+fn regression_two_resumes_of_one_killed_run_at_once_leave_one_run_and_one_refusal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("killed");
+    killed_run(&dir);
+    let a = spawn(&mut resume(&dir));
+    let b = spawn(&mut resume(&dir));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    let ran: Vec<&Output> = [&a, &b]
+        .into_iter()
+        .filter(|o| o.status.success())
+        .collect();
+    assert_eq!(
+        ran.len(),
+        1,
+        "exactly one resume runs:\nA: {}\nB: {}",
+        text(&a),
+        text(&b)
+    );
+    let refused = text(if a.status.success() { &b } else { &a });
+    // Whichever way the two met: the other took the folder over first, was taking it
+    // over, or already runs in it.
+    assert!(
+        refused.contains("claimed by another job")
+            || refused.contains("another resume is taking the folder over")
+            || refused.contains("its job still runs"),
+        "{refused}"
+    );
+    assert!(
+        text(ran[0]).contains("the job that held it is gone (its process"),
+        "the takeover is said: {}",
+        text(ran[0])
+    );
+    let (code, s) = score(&dir);
+    assert_eq!(code, Some(4), "{s}");
+    assert!(
+        s.contains("records                  intact (run digest"),
+        "{s}"
+    );
+    assert!(s.contains("resumed                  1 time(s)"), "{s}");
+}
+
+#[test]
+fn regression_a_resume_of_a_live_run_is_refused_naming_its_job_and_the_run_goes_on_intact() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("live");
+    let mut child =
+        spawn(simulated(&dir, &["--duration", "20"]).stderr(std::process::Stdio::piped()));
+    let log = common::StderrLog::follow(&mut child);
+    log.wait_for(Duration::from_secs(120), |l| {
+        l.matches(" epoch ").count() >= 2
+    });
+    let refused = output(&mut resume(&dir));
+    let t = text(&refused);
+    assert!(!refused.status.success(), "{t}");
+    assert!(
+        t.contains(&format!(
+            "--resume {}: its job still runs (aiperf run on",
+            dir.display()
+        )) && t.contains("wait for that job, or stop it"),
+        "{t}"
+    );
+    assert!(child.wait().unwrap().success(), "{}", log.finish());
+    let (code, s) = score(&dir);
+    assert_eq!(code, Some(4), "{s}");
+    assert!(
+        s.contains("records                  intact (run digest"),
+        "{s}"
+    );
+    assert!(!s.contains("resumed"), "{s}");
 }

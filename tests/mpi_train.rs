@@ -524,3 +524,44 @@ fn non_finite_losses_fail_trials_and_the_run_goes_on() {
         "{failed} failed trials: the group must go on after one"
     );
 }
+
+/// More threads than the rank's processors, or a platform switch that is neither 0 nor 1,
+/// are refused before the run, naming the flag or the variable (`auto` took a bad switch
+/// for "not native" without a word).
+#[test]
+fn regression_threads_beyond_the_processors_and_a_bad_platform_switch_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = quadrants(tmp.path(), 200);
+    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
+    let run = |threads: &str, env: (&str, &str)| {
+        let r = tmp.path().join(format!("r-{threads}-{}", env.1));
+        let out = output(
+            Command::new(&launcher)
+                .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+                .env(env.0, env.1)
+                .args(["3", "run", "--trainer", "real", "--precision", "auto"])
+                .args(["--threads", threads, "--duration", "4", "--data"])
+                .arg(&data)
+                .arg("--results")
+                .arg(&r),
+        );
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{err}");
+        assert!(!r.join("primary.h5").exists(), "nothing recorded: {err}");
+        err
+    };
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let many = (cores + 1).to_string();
+    let err = run(&many, ("AIPERF_UNUSED", "0"));
+    assert!(
+        err.contains(&format!(
+            "--threads {many}: this rank may run on {cores} processor(s)"
+        )) && err.contains(&format!("give at most {cores}")),
+        "{err}"
+    );
+    let err = run("1", ("AIPERF_NATIVE_BF16", "yes"));
+    assert!(
+        err.contains("AIPERF_NATIVE_BF16=yes is neither 0 nor 1: unset it, or set 0 or 1"),
+        "{err}"
+    );
+}

@@ -19,6 +19,7 @@ pub mod outputs;
 pub mod platform;
 pub mod plots;
 pub mod reader;
+pub mod recorded;
 pub mod recount;
 pub mod report;
 pub mod resources;

@@ -202,6 +202,19 @@ fn json_attr(p: &Source, name: &'static str) -> Result<String, RecordError> {
     Ok(text)
 }
 
+/// The recorded configuration, JSON whose every enumerated setting this aiperf knows
+/// ([`crate::recorded`]).
+fn config_attr(p: &Source) -> Result<String, RecordError> {
+    let text = json_attr(p, attr::CONFIG)?;
+    let value = serde_json::from_str(&text).expect("checked JSON");
+    crate::recorded::check(&value).map_err(|problem| RecordError::BadAttribute {
+        path: p.path().into(),
+        name: attr::CONFIG,
+        problem,
+    })?;
+    Ok(text)
+}
+
 /// An attribute written only at a clean stop.
 fn optional<T>(
     p: &Source,
@@ -255,7 +268,7 @@ fn read_info(p: &Source) -> Result<RunInfo, RecordError> {
         hosts: serde_json::from_str(&p.text(attr::HOSTS)?)
             .map_err(|e| bad(attr::HOSTS, format!("not a JSON list of strings ({e})")))?,
         schema_version: p.version(),
-        config_json: json_attr(p, attr::CONFIG)?,
+        config_json: config_attr(p)?,
         dataset_json: if v2 {
             json_attr(p, attr::DATASET_IDENTITY)?
         } else {
@@ -539,7 +552,7 @@ pub fn read_config(dir: &Path) -> Result<String, RecordError> {
     if !path.is_file() {
         return Err(RecordError::NotARun(dir.into()));
     }
-    Source::open(&path)?.text(attr::CONFIG)
+    config_attr(&Source::open(&path)?)
 }
 
 /// The architectures recorded in `dir/primary.h5`: (model id, IR JSON) in registration order.

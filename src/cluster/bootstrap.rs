@@ -49,6 +49,10 @@ pub fn place(
         .filter(|&r| nodes[r] == nodes[rank] && layout.group_of[r].is_some())
         .collect();
     let local = trainers_on_node.iter().position(|&r| r == rank);
+    if local.is_some() {
+        check_threads(threads)?;
+        crate::train::native::check_switches()?;
+    }
     let threads = threads.unwrap_or_else(|| default_threads(trainers_on_node.len()));
     let device = match local {
         Some(i) if trainer == TrainerKind::Real => choice.resolve(i)?,
@@ -68,6 +72,19 @@ pub fn place(
         device,
         device_name,
     })
+}
+
+/// `--threads N` beyond the processors this rank may run on (its affinity, its cgroup)
+/// would only make libtorch's threads wait on each other: refused, naming how many it has.
+fn check_threads(threads: Option<usize>) -> Result<(), String> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    match threads {
+        Some(t) if t > cores => Err(format!(
+            "--threads {t}: this rank may run on {cores} processor(s) of {} (its binding and cgroup): give at most {cores}, or leave --threads out for the default",
+            host_name()
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// A training rank's default libtorch threads: the cores it is bound to where a launcher

@@ -264,7 +264,7 @@ fn being_taken(dir: &Path, taker: &str) -> anyhow::Error {
 
 /// The folder becomes this job's (`me`) in place of claim `stale`, which
 /// [`check_resume`] found gone (`None`: it held no claim): one taker at a time (an exclusive
-/// create of [`TAKING_FILE`]), and only while the claim is still `stale` (another resume
+/// create of `.aiperf-claim.taking`), and only while the claim is still `stale` (another resume
 /// may have taken it since).
 pub fn take_over(dir: &Path, stale: Option<&str>, me: &str) -> anyhow::Result<()> {
     let Some(stale) = stale else {

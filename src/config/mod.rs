@@ -390,6 +390,8 @@ impl RecordedConfig {
 #[cfg(test)]
 mod bounds_tests;
 #[cfg(test)]
+mod recorded_tests;
+#[cfg(test)]
 mod rules_tests;
 #[cfg(test)]
 mod tests;

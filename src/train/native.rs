@@ -17,6 +17,23 @@ use super::Precision;
 /// natively (`0` or `1`).
 pub const FORCE_BF16: &str = "AIPERF_NATIVE_BF16";
 
+/// The switches that force a platform fact (`AIPERF_NATIVE_BF16`, `AIPERF_GPU_NODE`) hold
+/// `0` or `1` where set: any other value is an error naming it, whichever precision the
+/// run asks for (`auto` would otherwise quietly read it as "not native").
+pub fn check_switches() -> Result<(), String> {
+    for name in [FORCE_BF16, crate::gpu::FORCE_GPU_NODE] {
+        match std::env::var(name) {
+            Ok(v) if v != "0" && v != "1" => {
+                return Err(format!(
+                    "{name}={v} is neither 0 nor 1: unset it, or set 0 or 1"
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// oneDNN's instruction sets from which bfloat16 is computed natively (its names, as
 /// `ONEDNN_MAX_CPU_ISA` takes them); a pin below these makes bf16 emulated.
 const BF16_ISAS: &[&str] = &[
