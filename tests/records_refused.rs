@@ -8,6 +8,13 @@ use std::process::Command;
 
 use aiperf_records::writer::{PrimaryWriter, RunMeta};
 
+/// One test at a time: HDF5 opens files without close-on-exec, so a child `aiperf` spawned
+/// by one test while another holds a file open inherits that file's lock and keeps it.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A stopped run's `primary.h5` in `dir` whose recorded memory format is `format`.
 fn stopped_run(dir: &Path, format: &str) {
     let config = serde_json::json!({
@@ -49,6 +56,7 @@ fn aiperf(args: &[&str], dir: &Path) -> (Option<i32>, String) {
 
 #[test]
 fn regression_an_unknown_recorded_value_is_refused_by_score_audit_and_resume_alike() {
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     stopped_run(tmp.path(), "weird");
     let why = format!(
@@ -69,6 +77,7 @@ fn regression_an_unknown_recorded_value_is_refused_by_score_audit_and_resume_ali
 
 #[test]
 fn regression_an_audit_h5_linking_to_nothing_is_refused_before_anything_is_retrained() {
+    let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     stopped_run(tmp.path(), "nchw");
     std::os::unix::fs::symlink(tmp.path().join("moved.h5"), tmp.path().join("audit.h5")).unwrap();
@@ -80,6 +89,33 @@ fn regression_an_audit_h5_linking_to_nothing_is_refused_before_anything_is_retra
             tmp.path().join("audit.h5").display(),
             tmp.path().join("moved.h5").display()
         )),
+        "{text}"
+    );
+}
+
+#[test]
+fn regression_a_primary_of_another_schema_than_its_group_files_is_an_error_naming_both() {
+    let _serial = serial();
+    // A schema-3 primary.h5 beside group files of this schema: no run writes that (it would
+    // also be the way to make a platform-naming run look like one that names none).
+    let tmp = tempfile::tempdir().unwrap();
+    stopped_run(tmp.path(), "nchw");
+    drop(aiperf_records::writer::GroupWriter::create(tmp.path(), 0, 1).unwrap());
+    let f = hdf5::File::open_rw(tmp.path().join("primary.h5")).unwrap();
+    f.attr("schema_version")
+        .unwrap()
+        .write_scalar(&3u32)
+        .unwrap();
+    drop(f);
+    let current = aiperf_records::schema::SCHEMA_VERSION;
+    let (code, text) = aiperf(&["score"], tmp.path());
+    assert_eq!(code, Some(1), "{text}");
+    assert!(
+        text.contains("group-0.h5")
+            && text.contains(&format!(
+                "\"schema_version\": {current}, but primary.h5 has 3"
+            ))
+            && text.contains("come from two runs or were altered"),
         "{text}"
     );
 }

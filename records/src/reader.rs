@@ -402,7 +402,11 @@ fn read_group(
         problem,
     };
     if f.version() != version {
-        let problem = format!("{}, but primary.h5 has {version}", f.version());
+        let problem = format!(
+            "{}, but primary.h5 has {version}: one run writes every file in one schema, so these \
+             files come from two runs or were altered; score the folder the run wrote",
+            f.version()
+        );
         return Err(bad(attr::SCHEMA_VERSION, problem));
     }
     let recorded: u32 = f.attr("group")?;
