@@ -220,13 +220,20 @@ fn a_step_that_outlasts_the_budget_is_cut_and_the_summary_still_written() {
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("figures.json")).unwrap())
             .unwrap();
     assert_eq!(fig["passed"], false);
-    let run = fig["steps"]["run-fp32"][0].as_str().unwrap();
-    assert!(run.starts_with("timed out after"), "{run}");
+    // Which step the budget cuts depends on how fast the machine is: on a busy one it runs
+    // out before run-fp32 starts. Some step is cut, whichever it is.
+    let steps = fig["steps"].as_object().unwrap();
+    assert!(
+        steps.values().any(|s| s[0]
+            .as_str()
+            .is_some_and(|t| t.starts_with("timed out after"))),
+        "{fig}"
+    );
     let bench = fig["steps"]["bench-arch"][0].as_str().unwrap();
     assert!(bench.contains("BUDGET_S"), "{bench}");
     let summary = std::fs::read_to_string(out_dir.join("summary.md")).unwrap();
     assert!(
-        summary.contains("| every step ran to completion | FAIL |") && summary.contains("run-fp32"),
+        summary.contains("| every step ran to completion | FAIL |"),
         "{summary}"
     );
 }
