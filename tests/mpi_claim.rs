@@ -216,14 +216,7 @@ fn killed_run(dir: &Path) {
     log.wait_for(Duration::from_secs(120), |l| {
         l.matches(" epoch ").count() >= 4
     });
-    let pids = common::rank_pids(dir);
-    assert_eq!(pids.len(), 3, "{pids:?}");
-    assert!(output(Command::new("kill").args(["-KILL", &pids[1]]))
-        .status
-        .success());
-    assert!(!child.wait().unwrap().success());
-    log.finish();
-    common::wait_released(dir, Duration::from_secs(60));
+    common::kill_a_rank(dir, &mut child, log);
 }
 
 /// `aiperf run --resume DIR` on 3 ranks, HDF5's file locking off.

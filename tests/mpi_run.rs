@@ -300,15 +300,7 @@ fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
     // Regression: a run older than --stall-timeout at its resume had every group declared
     // stalled at once (the watch started at the run's t0). Make it older than that.
     std::thread::sleep(std::time::Duration::from_secs(11));
-    // SIGKILL one rank: mpirun takes the others down; nothing closes cleanly.
-    let pids = rank_pids(&dir);
-    assert_eq!(pids.len(), 3, "{pids:?}");
-    assert!(output(Command::new("kill").args(["-KILL", &pids[1]]))
-        .status
-        .success());
-    assert!(!child.wait().unwrap().success());
-    log.finish();
-    wait_released(&dir, std::time::Duration::from_secs(60));
+    common::kill_a_rank(&dir, &mut child, log);
     let before = read_run(&dir).unwrap();
     assert!(
         before.info.end_time_s.is_none(),

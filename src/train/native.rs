@@ -23,15 +23,16 @@ pub const FORCE_BF16: &str = "AIPERF_NATIVE_BF16";
 pub fn check_switches() -> Result<(), String> {
     for name in [FORCE_BF16, crate::gpu::FORCE_GPU_NODE] {
         match std::env::var(name) {
-            Ok(v) if v != "0" && v != "1" => {
-                return Err(format!(
-                    "{name}={v} is neither 0 nor 1: unset it, or set 0 or 1"
-                ))
-            }
+            Ok(v) if v != "0" && v != "1" => return Err(not_a_switch(name, &v)),
             _ => {}
         }
     }
     Ok(())
+}
+
+/// The error for a switch `name` set to `value`, which is neither `0` nor `1`.
+fn not_a_switch(name: &str, value: &str) -> String {
+    format!("{name}={value} is neither 0 nor 1: unset it, or set 0 or 1")
 }
 
 /// oneDNN's instruction sets from which bfloat16 is computed natively (its names, as
@@ -54,9 +55,7 @@ pub fn cpu_bf16(fp: &Fingerprint) -> Result<String, String> {
         return match v.as_str() {
             "1" => Ok(format!("forced by {FORCE_BF16}=1")),
             "0" => Err(format!("forced off by {FORCE_BF16}=0")),
-            other => Err(format!(
-                "{FORCE_BF16}={other} is neither 0 nor 1 (unset it, or set 0 or 1)"
-            )),
+            other => Err(not_a_switch(FORCE_BF16, other)),
         };
     }
     let has = |f: &str| fp.cpu_features.iter().any(|x| x == f);

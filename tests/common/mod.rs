@@ -124,6 +124,22 @@ pub fn wait_released(dir: &Path, limit: std::time::Duration) {
     }
 }
 
+/// SIGKILLs the second rank of the 3-rank job `child` writing into `dir` (`log` its
+/// stderr): mpirun takes the others down, nothing closes cleanly; returns once the job has
+/// exited and no process holds a file of `dir`.
+pub fn kill_a_rank(dir: &Path, child: &mut std::process::Child, log: StderrLog) {
+    let pids = rank_pids(dir);
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    assert!(
+        output(std::process::Command::new("kill").args(["-KILL", &pids[1]]))
+            .status
+            .success()
+    );
+    assert!(!child.wait().unwrap().success());
+    log.finish();
+    wait_released(dir, std::time::Duration::from_secs(60));
+}
+
 /// A child's stderr, collected line by line on a thread while the test watches it.
 pub struct StderrLog {
     text: std::sync::Arc<std::sync::Mutex<String>>,
