@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup setup-test build data run test lint bench-data bench-ops bench-search bench-score bench-train bench-run-pairs bench-auto bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static docs-figures test-reframe clean
+.PHONY: all setup setup-test build data run test image lint bench-data bench-ops bench-search bench-score bench-train bench-run-pairs bench-auto bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static docs-figures test-reframe clean
 
 all: build
 
@@ -21,6 +21,11 @@ data: build
 
 run: data
 	scripts/run
+
+# The container images aiperf:cpu and aiperf:cuda (container/Dockerfile), from Debian's
+# packages where no registry is reachable; IMAGES="cpu" builds one.
+image: setup
+	container/build
 
 test: build setup-test
 	scripts/test

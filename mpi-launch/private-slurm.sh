@@ -2,11 +2,11 @@
 # Sourced, never run: a private SLURM for tests and for trying the templates — munged and
 # the SLURM daemons as root with their configuration, state, spool, pid and log files in one
 # work folder, nothing of the system's own SLURM or munge touched. Used by scripts/test-slurm
-# (one node: this machine) and by mpi-launch/virtual-cluster (slurmctld here, one slurmd per
-# virtual node). The caller starts slurmctld and the slurmds itself (where they run is what
-# differs), with `-f "$conf"`.
+# (one node: this machine), by mpi-launch/virtual-cluster (slurmctld here, one slurmd per
+# virtual node) and by container/node (one slurmd per container host). The caller starts
+# slurmctld and the slurmds itself (where they run is what differs), with `-f "$conf"`.
 #
-# Facts this relies on (TOOLCHAIN.md): munged's socket directory must be 0755 and its key
+# Facts this relies on: munged's socket directory must be 0755 and its key
 # and log directories 0700; no cgroups here, so proctrack/linuxproc and task/none; Debian's
 # OpenMPI speaks PMIx only (MpiDefault=pmix); config_overrides lets a node advertise more
 # CPUs than it has; MinJobAge=5 keeps `sbatch --wait` quick; EnforcePartLimits=ALL makes an
@@ -24,14 +24,19 @@ pslurm_check_tools() {
     fi
 }
 
-# pslurm_munge_start WORK: a fresh key and a munged whose socket is WORK/munge/run/munge.socket.
+# pslurm_munge_start WORK [KEY]: a munged whose socket is WORK/munge/run/munge.socket, with a
+# fresh key, or a copy of KEY (the key every host of one cluster shares).
 pslurm_munge_start() {
-    local work="$1"
+    local work="$1" key="${2:-}"
     chmod 755 "$work"
     mkdir -p "$work/munge/etc" "$work/munge/log" "$work/munge/run" "$work/munge/lib"
     chmod 700 "$work/munge/etc" "$work/munge/log" "$work/munge/lib"
     chmod 755 "$work/munge/run"
-    mungekey --create --keyfile="$work/munge/etc/munge.key" --force >/dev/null
+    if [ -n "$key" ]; then
+        cp "$key" "$work/munge/etc/munge.key"
+    else
+        mungekey --create --keyfile="$work/munge/etc/munge.key" --force >/dev/null
+    fi
     chmod 600 "$work/munge/etc/munge.key"
     munged --key-file="$work/munge/etc/munge.key" --socket="$work/munge/run/munge.socket" \
         --pid-file="$work/munged.pid" --log-file="$work/munge/log/munged.log" \

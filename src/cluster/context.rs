@@ -48,6 +48,8 @@ pub struct RunContext {
     pub interrupted: Arc<AtomicBool>,
     /// Go on with the records already in `results` (`--resume`).
     pub resume: bool,
+    /// How long a leader waits for the primary's answer (--stall-timeout).
+    pub patience: super::transport::Patience,
 }
 
 impl RunContext {

@@ -12,6 +12,7 @@ pub use super::context::RunContext;
 use super::group;
 use super::primary::resume;
 use super::primary::{self, Primary, PrimaryConfig};
+use super::transport::abort_job;
 use crate::config::RecordedConfig;
 use crate::search::Space;
 use crate::train::schedule::{epoch_budget, patience};
@@ -175,9 +176,23 @@ pub fn run_role(
     match (place.layout.group_of[rank], group_comm) {
         (None, _) => run_primary(world, place, ctx, config, start),
         (Some(g), Some(gc)) if place.layout.leaders[g as usize] == rank => {
-            Ok(group::leader(world, gc, g, ctx)?)
+            primary_gone(g, rank, group::leader(world, gc, g, ctx))
         }
-        (Some(_), Some(gc)) => Ok(group::member(gc, ctx)?),
+        (Some(g), Some(gc)) => primary_gone(g, rank, group::member(gc, ctx)),
         (Some(g), None) => anyhow::bail!("rank {rank} got no communicator for group {g}"),
+    }
+}
+
+/// A group rank whose primary stopped answering ends the whole job with `MPI_Abort`: where
+/// the launcher still reaches this host that stops every rank; on a host cut off from it,
+/// this rank's own end (the launcher's daemon cannot be told), so that no rank there goes
+/// on training and writing records alone.
+fn primary_gone(g: u32, rank: usize, r: Result<(), group::GroupError>) -> anyhow::Result<()> {
+    match r {
+        Err(group::GroupError::PrimaryGone(why)) => {
+            log::error!("group {g} (rank {rank}): {why}; ending the job (MPI_Abort)");
+            abort_job(75)
+        }
+        r => Ok(r?),
     }
 }

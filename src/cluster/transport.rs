@@ -37,6 +37,15 @@ pub enum TransportError {
     /// A broadcast value that does not encode or decode.
     #[error("broadcast value: {0}")]
     Value(String),
+    /// The primary did not answer a request within the stall timeout: it is gone, frozen or
+    /// cut off from this rank's host.
+    #[error("no answer from the primary (rank 0 on {host}) for {waited_s:.0} s (--stall-timeout): it is gone, frozen or cut off from this host; this group stops and ends the job")]
+    PrimarySilent {
+        /// The primary's host.
+        host: String,
+        /// How long this rank waited.
+        waited_s: f64,
+    },
 }
 
 /// The next message from any rank, without spinning a core (the primary usually shares a
@@ -92,11 +101,42 @@ pub fn tell<C: Communicator>(world: &C, msg: &ToPrimary) {
     world.process_at_rank(0).send(&encode(msg)[..]);
 }
 
-/// Sends a request to the primary and waits for its answer (size-checked before receiving).
-pub fn ask<C: Communicator>(world: &C, msg: &ToPrimary) -> Result<ToGroup, TransportError> {
+/// How long a leader waits for the primary's answer, and where the primary runs (for the
+/// message when it does not answer).
+#[derive(Clone, Debug)]
+pub struct Patience {
+    /// The longest wait for one answer (the run's --stall-timeout).
+    pub wait: Duration,
+    /// The primary's host.
+    pub host: String,
+}
+
+/// Sends a request to the primary and waits for its answer (size-checked before receiving),
+/// at most `patience.wait`: a primary cut off from this host would otherwise leave the group
+/// training (and writing its records) alone, with nobody to stop it. Waits without spinning
+/// a core, as [`receive_any`].
+pub fn ask<C: Communicator>(
+    world: &C,
+    msg: &ToPrimary,
+    patience: &Patience,
+) -> Result<ToGroup, TransportError> {
     tell(world, msg);
     let root = world.process_at_rank(0);
-    let (message, status) = root.matched_probe();
+    let started = Instant::now();
+    let mut pause = Duration::from_micros(20);
+    let (message, status) = loop {
+        if let Some(found) = root.immediate_matched_probe() {
+            break found;
+        }
+        if started.elapsed() >= patience.wait {
+            return Err(TransportError::PrimarySilent {
+                host: patience.host.clone(),
+                waited_s: started.elapsed().as_secs_f64(),
+            });
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(1));
+    };
     let size = u64::try_from(status.count(u8::equivalent_datatype())).unwrap_or(u64::MAX);
     if size > DEFAULT_LIMIT_BYTES as u64 {
         return Err(TransportError::TooLarge {
@@ -108,6 +148,17 @@ pub fn ask<C: Communicator>(world: &C, msg: &ToPrimary) -> Result<ToGroup, Trans
     let (bytes, _) = (message, status).matched_receive_vec::<u8>();
     decode(&bytes, DEFAULT_LIMIT_BYTES)
         .map_err(|source| TransportError::Protocol { from: 0, source })
+}
+
+/// Ends the whole job from this rank (`MPI_Abort` on the world), after `why` was said: for a
+/// rank whose peers may sit in a collective it will never join.
+pub fn abort_job(code: i32) -> ! {
+    // SAFETY: MPI is initialised (every caller runs inside a command that started it) and
+    // MPI_Abort may be called from any thread; it does not return.
+    unsafe {
+        mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, code);
+    }
+    unreachable!("MPI_Abort returned")
 }
 
 /// Broadcasts a serde value from the communicator's rank 0 (length, then bincode bytes);

@@ -303,6 +303,10 @@ fn context(
         interrupted,
         resume,
         trainer,
+        patience: crate::cluster::transport::Patience {
+            wait: std::time::Duration::from_secs_f64(config.intervals.stall_timeout_s),
+            host: common.hosts.first().cloned().unwrap_or_default(),
+        },
     })
 }
 

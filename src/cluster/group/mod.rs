@@ -58,6 +58,10 @@ pub enum GroupError {
     /// The generator failed.
     #[error("architecture generator: {0}")]
     Generator(String),
+    /// The primary stopped answering the leader (the leader's message); every rank of the
+    /// group was told, and each ends the job.
+    #[error("{0}")]
+    PrimaryGone(String),
     /// A rank's traced spans did not arrive whole.
     #[error("rank {rank} of the group sent an unreadable trace: {message}")]
     Trace {
@@ -93,6 +97,8 @@ enum GroupOrder {
     },
     /// The run is over.
     End,
+    /// The primary stopped answering: every rank ends the job at once.
+    Abandon,
 }
 
 /// Adds a history delta from the primary to the leader's view; false when the reply was
@@ -137,8 +143,26 @@ impl Busy {
 }
 
 /// A group leader: registers candidates from its background generator, has the group
-/// train them, and reports results until told to stop.
+/// train them, and reports results until told to stop. When the primary stops answering
+/// (gone, frozen, or cut off from this host), the group's ranks are told and the error says
+/// so: the group must not go on training and writing records alone.
 pub fn leader<C: Communicator>(
+    world: &C,
+    group_comm: &SimpleCommunicator,
+    group: u32,
+    ctx: &RunContext,
+) -> Result<(), GroupError> {
+    match lead(world, group_comm, group, ctx) {
+        Err(GroupError::Transport(e @ TransportError::PrimarySilent { .. })) => {
+            // Outside a trial the other ranks wait for the next order.
+            broadcast_value(group_comm, Some(&GroupOrder::Abandon))?;
+            Err(GroupError::PrimaryGone(e.to_string()))
+        }
+        r => r,
+    }
+}
+
+fn lead<C: Communicator>(
     world: &C,
     group_comm: &SimpleCommunicator,
     group: u32,
@@ -158,7 +182,11 @@ pub fn leader<C: Communicator>(
         .cloned()
         .unwrap_or_default();
     let ranks = group_comm.size() as u32;
-    let welcome = ask(world, &ToPrimary::Hello { group, ranks, host })?;
+    let welcome = ask(
+        world,
+        &ToPrimary::Hello { group, ranks, host },
+        &ctx.patience,
+    )?;
     // A resumed run goes on from the group's round (budgets, patience, predictions).
     let mut round = match welcome {
         ToGroup::Welcome { round, .. } => round,
@@ -263,7 +291,7 @@ fn lead_trial<C: Communicator>(
             father: c.father,
             graph: c.graph.clone(),
         };
-        match ask(world, &register)? {
+        match ask(world, &register, &ctx.patience)? {
             ToGroup::Registered { model_id } => break (model_id, c),
             ToGroup::Duplicate { history: delta } => {
                 // Another group registered it first: propose from what they trained.
@@ -280,7 +308,7 @@ fn lead_trial<C: Communicator>(
         round,
         father: candidate.father,
     };
-    let ToGroup::Hparams(mut h) = ask(world, &suggest)? else {
+    let ToGroup::Hparams(mut h) = ask(world, &suggest, &ctx.patience)? else {
         return Ok(None);
     };
     generator.update(history.clone(), h.kernel_size);
@@ -314,7 +342,7 @@ fn lead_trial<C: Communicator>(
         hparams: h,
         failed: out.failed,
     };
-    let reply = ask(world, &result)?;
+    let reply = ask(world, &result, &ctx.patience)?;
     out.stop_run |= !absorb(reply, history);
     generator.update(history.clone(), h.kernel_size);
     Ok(Some(out))
@@ -338,6 +366,11 @@ pub fn member(group_comm: &SimpleCommunicator, ctx: &RunContext) -> Result<(), G
     loop {
         match broadcast_value::<_, GroupOrder>(group_comm, None)? {
             GroupOrder::End => return Ok(()),
+            GroupOrder::Abandon => {
+                return Err(GroupError::PrimaryGone(
+                    "the group's leader lost the primary".into(),
+                ))
+            }
             GroupOrder::Train {
                 model_id,
                 round,

@@ -14,7 +14,7 @@ use mpi::traits::Communicator;
 use super::GroupError;
 use crate::cluster::context::RunContext;
 use crate::cluster::protocol::{ToGroup, ToPrimary};
-use crate::cluster::transport::{all_gather_strings, ask};
+use crate::cluster::transport::{all_gather_strings, ask, TransportError};
 use crate::monitor::Monitor;
 use crate::ops::OpCount;
 use crate::train::schedule::{patience, EarlyStopping};
@@ -25,6 +25,7 @@ const STOP_TRIAL: u8 = 0;
 const GO_ON: u8 = 1;
 const STOP_RUN: u8 = 2;
 const FAILED: u8 = 3;
+const ABANDON: u8 = 4;
 
 /// The leader's side of a trial: records and the primary.
 pub struct LeaderSide<'a, C: Communicator> {
@@ -105,21 +106,32 @@ pub fn run_trial<C: Communicator>(
             });
         }
         let mut verdict = [GO_ON];
+        let mut gone = None;
         if let Some(l) = lead {
-            verdict[0] = lead_verdict(
+            let stats = (&e, &count);
+            verdict[0] = match lead_verdict(
                 l,
                 ctx,
                 id,
                 (epoch, spec.epochs),
-                &e,
-                &count,
+                stats,
                 &mut out,
                 &mut stopper,
-            )?;
+            ) {
+                Err(GroupError::Transport(e @ TransportError::PrimarySilent { .. })) => {
+                    gone = Some(e.to_string());
+                    ABANDON
+                }
+                v => v?,
+            };
         }
         comm.process_at_rank(0).broadcast_into(&mut verdict[..]);
         match verdict[0] {
             GO_ON => {}
+            ABANDON => {
+                let why = gone.unwrap_or_else(|| "the group's leader lost the primary".into());
+                return Err(GroupError::PrimaryGone(why));
+            }
             STOP_RUN => {
                 out.stop_run = true;
                 break;
@@ -137,14 +149,12 @@ pub fn run_trial<C: Communicator>(
 
 /// The leader's verdict on a finished (or abandoned) epoch: the run is over, the trial
 /// failed, or the epoch is recorded and reported and early stopping decides.
-#[allow(clippy::too_many_arguments)]
 fn lead_verdict<C: Communicator>(
     l: &LeaderSide<'_, C>,
     ctx: &RunContext,
     id: TrialId,
     (epoch, of): (u32, u32),
-    e: &EpochStats,
-    count: &OpCount,
+    (e, count): (&EpochStats, &OpCount),
     out: &mut TrialOutcome,
     stopper: &mut EarlyStopping,
 ) -> Result<u8, GroupError> {
@@ -179,13 +189,15 @@ fn lead_verdict<C: Communicator>(
         val_accuracy: e.figures.val_accuracy,
         ops: row.train_ops.saturating_add(row.val_ops),
     };
-    Ok(if !matches!(ask(l.world, &progress)?, ToGroup::Continue) {
-        STOP_RUN
-    } else if stopper.update(e.figures.val_loss) {
-        STOP_TRIAL
-    } else {
-        GO_ON
-    })
+    Ok(
+        if !matches!(ask(l.world, &progress, &ctx.patience)?, ToGroup::Continue) {
+            STOP_RUN
+        } else if stopper.update(e.figures.val_loss) {
+            STOP_TRIAL
+        } else {
+            GO_ON
+        },
+    )
 }
 
 /// Collective over the group: every rank's spans of this epoch, on the common clock, to the
