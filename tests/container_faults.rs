@@ -71,7 +71,10 @@ fn fault_n3(
         if at.elapsed() > END_LIMIT {
             let _ = job.kill();
             let _ = job.wait();
-            panic!("the job did not end after docker {args:?}: {}", log.finish());
+            panic!(
+                "the job did not end after docker {args:?}: {}",
+                log.finish()
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     };

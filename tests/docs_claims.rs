@@ -461,6 +461,7 @@ fn the_troubleshooting_table_quotes_messages_the_code_prints() {
                 "ir/src/",
                 "mpi-launch/",
                 "scripts/",
+                "container/",
             ]
             .iter()
             .any(|d| f.starts_with(d))
