@@ -13,7 +13,7 @@ mod containers;
 use std::path::Path;
 use std::process::Command;
 
-use containers::{docker_ready, launch_on, sh, Cluster, FOUR};
+use containers::{launch_on, sh, Cluster, FOUR};
 
 /// README's container commands, as written there.
 fn readme_commands() -> (String, String) {
@@ -32,10 +32,9 @@ fn readme_commands() -> (String, String) {
 
 #[test]
 fn readme_docker_run_does_make_run_and_rescores_on_the_host() {
-    let _one = containers::one_at_a_time();
-    if !docker_ready() {
+    let Some(_turn) = containers::turn() else {
         return;
-    }
+    };
     let (run, rescore) = readme_commands();
     assert!(
         run.ends_with("aiperf:cpu"),
@@ -85,10 +84,9 @@ fn readme_docker_run_does_make_run_and_rescores_on_the_host() {
 
 #[test]
 fn the_images_are_labelled_run_as_a_user_and_resolve_every_library() {
-    let _one = containers::one_at_a_time();
-    if !docker_ready() {
+    let Some(_turn) = containers::turn() else {
         return;
-    }
+    };
     let check = Path::new(env!("CARGO_MANIFEST_DIR")).join("container/check-image");
     let out = common::output(Command::new(check).args(["aiperf:cpu", "cpu"]));
     let text = String::from_utf8_lossy(&out.stderr);
@@ -112,10 +110,9 @@ fn the_images_are_labelled_run_as_a_user_and_resolve_every_library() {
 
 #[test]
 fn a_run_on_four_hosts_scores_audits_and_its_folder_is_claimed_across_hosts() {
-    let _one = containers::one_at_a_time();
-    if !docker_ready() {
+    let Some(_turn) = containers::turn() else {
         return;
-    }
+    };
     let cluster = Cluster::up();
     cluster.write_data();
     let run = "/shared/results/multi";
@@ -210,10 +207,9 @@ fn a_run_on_four_hosts_scores_audits_and_its_folder_is_claimed_across_hosts() {
 
 #[test]
 fn the_sbatch_template_runs_unchanged_under_slurm_on_the_hosts() {
-    let _one = containers::one_at_a_time();
-    if !docker_ready() {
+    let Some(_turn) = containers::turn() else {
         return;
-    }
+    };
     let cluster = Cluster::up();
     let out = cluster.exec(
         "n1",

@@ -11,7 +11,7 @@ mod containers;
 
 use std::time::{Duration, Instant};
 
-use containers::{docker_ready, launch_on, Cluster, FOUR};
+use containers::{launch_on, Cluster, FOUR};
 
 /// The run every drill starts: 9 ranks in groups of 2 (so that 3 hosts can resume it),
 /// the simulated trainer, a stall timeout below the run's length and above the hosts' ssh
@@ -112,10 +112,9 @@ fn records_score(cluster: &Cluster, name: &str) -> u64 {
 
 #[test]
 fn a_killed_host_ends_the_job_and_the_other_hosts_resume_it() {
-    let _one = containers::one_at_a_time();
-    if !docker_ready() {
+    let Some(_turn) = containers::turn() else {
         return;
-    }
+    };
     let cluster = Cluster::up();
     let job = start(&cluster, "kill");
     let (detected, text) = fault_n3(&cluster, job, &["kill"]);
@@ -166,10 +165,9 @@ fn a_killed_host_ends_the_job_and_the_other_hosts_resume_it() {
 
 #[test]
 fn a_host_cut_off_ends_the_job_and_its_own_ranks() {
-    let _one = containers::one_at_a_time();
-    if !docker_ready() {
+    let Some(_turn) = containers::turn() else {
         return;
-    }
+    };
     let cluster = Cluster::up();
     let job = start(&cluster, "cut");
     let net = cluster.network();
@@ -192,10 +190,9 @@ fn a_host_cut_off_ends_the_job_and_its_own_ranks() {
 
 #[test]
 fn a_host_frozen_past_the_stall_timeout_ends_the_job() {
-    let _one = containers::one_at_a_time();
-    if !docker_ready() {
+    let Some(_turn) = containers::turn() else {
         return;
-    }
+    };
     let cluster = Cluster::up();
     let job = start(&cluster, "pause");
     let (detected, text) = fault_n3(&cluster, job, &["pause"]);

@@ -57,23 +57,32 @@ pub fn receive_any<C: Communicator>(
     wait: Duration,
     limit: usize,
 ) -> Result<Option<(Vec<u8>, i32)>, TransportError> {
+    // A plain probe leaves the message queued: one over the limit is refused without
+    // receiving it; one within is then received from its sender (MPI keeps a sender's
+    // messages in order, so it is the one probed).
+    let Some(status) = poll(Some(wait), || world.any_process().immediate_probe()) else {
+        return Ok(None);
+    };
+    let size = u64::try_from(status.count(u8::equivalent_datatype())).unwrap_or(u64::MAX);
+    let from = status.source_rank();
+    if size > limit as u64 {
+        return Err(TransportError::TooLarge { from, size, limit });
+    }
+    let (bytes, _) = world.process_at_rank(from).receive_vec::<u8>();
+    Ok(Some((bytes, from)))
+}
+
+/// Calls `attempt` until it gives a value, sleeping between calls (20 µs, doubling up to
+/// 1 ms) so that a waiting rank does not spin a core; `None` once `limit` has passed.
+fn poll<T>(limit: Option<Duration>, mut attempt: impl FnMut() -> Option<T>) -> Option<T> {
     let started = Instant::now();
     let mut pause = Duration::from_micros(20);
     loop {
-        // A plain probe leaves the message queued: one over the limit is refused without
-        // receiving it; one within is then received from its sender (MPI keeps a sender's
-        // messages in order, so it is the one probed).
-        if let Some(status) = world.any_process().immediate_probe() {
-            let size = u64::try_from(status.count(u8::equivalent_datatype())).unwrap_or(u64::MAX);
-            let from = status.source_rank();
-            if size > limit as u64 {
-                return Err(TransportError::TooLarge { from, size, limit });
-            }
-            let (bytes, _) = world.process_at_rank(from).receive_vec::<u8>();
-            return Ok(Some((bytes, from)));
+        if let Some(v) = attempt() {
+            return Some(v);
         }
-        if started.elapsed() >= wait {
-            return Ok(None);
+        if limit.is_some_and(|l| started.elapsed() >= l) {
+            return None;
         }
         std::thread::sleep(pause);
         pause = (pause * 2).min(Duration::from_millis(1));
@@ -84,16 +93,14 @@ pub fn receive_any<C: Communicator>(
 /// barrier, sleeping up to 1 ms between tests): for ranks that wait while others measure.
 pub fn quiet_barrier<C: Communicator>(world: &C) {
     use mpi::collective::CommunicatorCollectives;
-    let mut request = world.immediate_barrier();
-    let mut pause = Duration::from_micros(20);
-    loop {
-        match request.test() {
-            Ok(_) => return,
-            Err(r) => request = r,
+    let mut request = Some(world.immediate_barrier());
+    poll(None, || match request.take()?.test() {
+        Ok(_) => Some(()),
+        Err(r) => {
+            request = Some(r);
+            None
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(1));
-    }
+    });
 }
 
 /// Sends a message to the primary (world rank 0) without waiting for an answer.
@@ -123,19 +130,12 @@ pub fn ask<C: Communicator>(
     tell(world, msg);
     let root = world.process_at_rank(0);
     let started = Instant::now();
-    let mut pause = Duration::from_micros(20);
-    let (message, status) = loop {
-        if let Some(found) = root.immediate_matched_probe() {
-            break found;
-        }
-        if started.elapsed() >= patience.wait {
-            return Err(TransportError::PrimarySilent {
-                host: patience.host.clone(),
-                waited_s: started.elapsed().as_secs_f64(),
-            });
-        }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(1));
+    let Some((message, status)) = poll(Some(patience.wait), || root.immediate_matched_probe())
+    else {
+        return Err(TransportError::PrimarySilent {
+            host: patience.host.clone(),
+            waited_s: started.elapsed().as_secs_f64(),
+        });
     };
     let size = u64::try_from(status.count(u8::equivalent_datatype())).unwrap_or(u64::MAX);
     if size > DEFAULT_LIMIT_BYTES as u64 {
@@ -150,8 +150,9 @@ pub fn ask<C: Communicator>(
         .map_err(|source| TransportError::Protocol { from: 0, source })
 }
 
-/// Ends the whole job from this rank (`MPI_Abort` on the world), after `why` was said: for a
-/// rank whose peers may sit in a collective it will never join.
+/// Ends the whole job from this rank with exit status `code` (`MPI_Abort` on the world),
+/// once the reason is said: for a rank whose peers may sit in a collective it will never
+/// join.
 pub fn abort_job(code: i32) -> ! {
     // SAFETY: MPI is initialised (every caller runs inside a command that started it) and
     // MPI_Abort may be called from any thread; it does not return.

@@ -138,11 +138,8 @@ fn abort_on_panic(rank: i32, records: Option<&std::path::Path>) {
         eprintln!(
             "aiperf: error: rank {rank} panicked: aborting the whole job (MPI_Abort){resume}"
         );
-        // SAFETY: MPI is initialised (the hook is installed after it) and MPI_Abort may be
-        // called from any thread; it does not return.
-        unsafe {
-            mpi::ffi::MPI_Abort(mpi::ffi::RSMPI_COMM_WORLD, 70);
-        }
+        // MPI is initialised: the hook is installed after it.
+        crate::cluster::transport::abort_job(70)
     }));
 }
 

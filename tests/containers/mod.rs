@@ -14,10 +14,17 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Whether Docker, docker-compose and the images are here. Under `make test`
-/// (AIPERF_REQUIRE_PREREQS=1) a missing one fails the test; elsewhere the test says what is
-/// missing and does nothing.
-pub fn docker_ready() -> bool {
+/// A container test's turn: the tests of one binary run one after the other (each cluster
+/// takes both cores), and only where Docker, docker-compose and the images are here. Under
+/// `make test` (AIPERF_REQUIRE_PREREQS=1) a missing one fails the test; elsewhere the test
+/// says what is missing and does nothing (`None`).
+pub fn turn() -> Option<std::sync::MutexGuard<'static, ()>> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let turn = ONE.lock().unwrap_or_else(|e| e.into_inner());
+    docker_ready().then_some(turn)
+}
+
+fn docker_ready() -> bool {
     let missing = if !run_ok(Command::new("docker").arg("info")) {
         Some("the Docker daemon does not answer (docker info)")
     } else if !run_ok(Command::new("docker-compose").arg("version")) {
@@ -41,12 +48,6 @@ pub fn docker_ready() -> bool {
 
 fn run_ok(cmd: &mut Command) -> bool {
     cmd.output().map(|o| o.status.success()).unwrap_or(false)
-}
-
-/// The container tests of one binary run one after the other: each cluster takes both cores.
-pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `bash -c CMD` in `cwd`.

@@ -24,6 +24,10 @@ use crate::train::schedule::{epoch_budget, predict_final_accuracy};
 use crate::train::{TrainError, TrialSpec};
 use trial::{run_trial, LeaderSide, TrialId, TrialOutcome};
 
+/// What a group's other ranks say when their leader tells them the primary stopped
+/// answering.
+const LOST_PRIMARY: &str = "the group's leader lost the primary";
+
 /// Why a group rank failed (fatal for the run).
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
@@ -366,11 +370,7 @@ pub fn member(group_comm: &SimpleCommunicator, ctx: &RunContext) -> Result<(), G
     loop {
         match broadcast_value::<_, GroupOrder>(group_comm, None)? {
             GroupOrder::End => return Ok(()),
-            GroupOrder::Abandon => {
-                return Err(GroupError::PrimaryGone(
-                    "the group's leader lost the primary".into(),
-                ))
-            }
+            GroupOrder::Abandon => return Err(GroupError::PrimaryGone(LOST_PRIMARY.into())),
             GroupOrder::Train {
                 model_id,
                 round,

@@ -129,7 +129,7 @@ pub fn run_trial<C: Communicator>(
         match verdict[0] {
             GO_ON => {}
             ABANDON => {
-                let why = gone.unwrap_or_else(|| "the group's leader lost the primary".into());
+                let why = gone.unwrap_or_else(|| super::LOST_PRIMARY.into());
                 return Err(GroupError::PrimaryGone(why));
             }
             STOP_RUN => {
