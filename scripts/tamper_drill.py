@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The forger's drill (issue 22): what a dishonest submitter can do with results/README.md
+"""The forger's drill: what a dishonest submitter can do with results/README.md
 alone. Copies the run in SRC to DST, relabels it as an official run — the official
 configuration keys, ImageNet's dataset identity, the official search record, the start
 moved back by --shift seconds (default 3600) — and reseals every chain and the run digest
 exactly as the README documents, so that the records verify as intact. Prints the new run
-digest. `aiperf score DST` must then refuse it by the consistency rules of aiperf-rules-4.
+digest. `aiperf score DST` must then refuse it by the consistency rules of aiperf-rules-5.
 
     python3 scripts/tamper_drill.py SRC DST [--shift SECONDS]
 """
@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from verify_seal import architectures, chain, run_digest  # noqa: E402
+from verify_seal import architectures, chain, group_datasets, run_digest  # noqa: E402
 
 IMAGENET = {"name": "imagenet", "train_images": 1281167, "val_images": 50000, "classes": 1000,
             "stored": [3, 256, 256], "input": [224, 224, 3], "subset": False, "crc32": [1, 2]}
@@ -60,6 +60,26 @@ def relabel(p, shift):
     p.attrs.modify("start_time_s", np.float64(p.attrs["start_time_s"] - shift))
 
 
+def reseal(run, p):
+    """Reseals every chain of the run folder `run` (its primary.h5 open as `p`) and the run
+    digest, as results/README.md documents them; returns the new run digest."""
+    version = int(p.attrs["schema_version"])
+    groups = []
+    for g in range(int(p.attrs["groups"])):
+        name = f"group-{g}.h5"
+        with h5py.File(run / name, "r+") as f:
+            ends = [reseal_carried(f, name, d) if d in ("epochs", "steps")
+                    else chain(name, d, f[d][:], []) for d in group_datasets(version)]
+            groups.append({"group": g, "ranks": int(f.attrs["accelerators"]), "chains": ends})
+    own = [reseal_carried(p, "primary.h5", "trials"), architectures(p),
+           reseal_carried(p, "primary.h5", "tpe")]
+    set_text(p, "group_digests", json.dumps(groups, separators=(",", ":")))
+    set_text(p, "primary_digests", json.dumps(own, separators=(",", ":")))
+    digest = run_digest(p)
+    set_text(p, "run_digest", digest)
+    return digest
+
+
 def main(argv):
     if len(argv) not in (3, 5) or (len(argv) == 5 and argv[3] != "--shift"):
         print(__doc__, file=sys.stderr)
@@ -67,22 +87,9 @@ def main(argv):
     src, dst = Path(argv[1]), Path(argv[2])
     shift = float(argv[4]) if len(argv) == 5 else 3600.0
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("audit.h5"))
-    groups = []
     with h5py.File(dst / "primary.h5", "r+") as p:
         relabel(p, shift)
-        for g in range(int(p.attrs["groups"])):
-            name = f"group-{g}.h5"
-            with h5py.File(dst / name, "r+") as f:
-                ends = [reseal_carried(f, name, "epochs"),
-                        chain(name, "monitor", f["monitor"][:], []),
-                        chain(name, "trace", f["trace"][:], [])]
-                groups.append({"group": g, "ranks": int(f.attrs["accelerators"]), "chains": ends})
-        own = [reseal_carried(p, "primary.h5", "trials"), architectures(p),
-               reseal_carried(p, "primary.h5", "tpe")]
-        set_text(p, "group_digests", json.dumps(groups, separators=(",", ":")))
-        set_text(p, "primary_digests", json.dumps(own, separators=(",", ":")))
-        digest = run_digest(p)
-        set_text(p, "run_digest", digest)
+        digest = reseal(dst, p)
     print(f"run digest {digest}")
     return 0
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent check of a run's seal (records schemas 3 to 6), written from results/README.md
+"""An independent check of a run's seal (records schemas 3 to 7), written from results/README.md
 alone with h5py and hashlib: recomputes every dataset's chain (and every carried row digest),
 compares the chain ends with `primary_digests` / `group_digests`, and recomputes the run
 digest over the sealed attributes. Prints the run digest and `intact`, or each problem and
@@ -26,7 +26,7 @@ PRIMARY_ATTRS = [
     ("precision", "text"), ("dataset_identity", "text"), ("search", "text"),
     ("platform", "text", 4), ("ceilings", "text", 5), ("resumes", "text"), ("group_digests", "text"), ("primary_digests", "text"),
 ]
-CARRIED = {"epochs", "trials", "tpe"}
+CARRIED = {"epochs", "trials", "tpe", "steps"}
 
 
 def seed(file, dataset):
@@ -56,6 +56,11 @@ def chain(file, dataset, rows, problems):
     if broken is not None:
         problems.append(f"{file} {dataset} row {broken}: its digest does not follow")
     return {"dataset": dataset, "rows": len(rows), "digest": d.hex()}
+
+
+def group_datasets(version):
+    """The datasets of a group file, in group_digests' order (`steps` from schema 7)."""
+    return ("epochs", "monitor", "trace") + (("steps",) if version >= 7 else ())
 
 
 def architectures(p):
@@ -104,8 +109,8 @@ def main(argv):
     problems = []
     with h5py.File(run / "primary.h5", "r") as p:
         version = int(p.attrs["schema_version"])
-        if version not in (3, 4, 5, 6):
-            print(f"schema {version}: not sealed as schemas 3 to 6 are", file=sys.stderr)
+        if version not in (3, 4, 5, 6, 7):
+            print(f"schema {version}: not sealed as schemas 3 to 7 are", file=sys.stderr)
             return 2
         known = {a[0] for a in sealed_attrs(version)} | {"run_digest"}
         problems += [f"primary.h5: attribute {n!r} is not sealed" for n in p.attrs if n not in known]
@@ -120,7 +125,7 @@ def main(argv):
         for g in range(int(p.attrs["groups"])):
             name = f"group-{g}.h5"
             with h5py.File(run / name, "r") as f:
-                ends = [chain(name, d, f[d][:], problems) for d in ("epochs", "monitor", "trace")]
+                ends = [chain(name, d, f[d][:], problems) for d in group_datasets(version)]
                 want = {"group": g, "ranks": int(f.attrs["accelerators"]), "chains": ends}
                 if recorded.get(g) != want:
                     problems.append(f"{name}: its chains or ranks are not what group_digests records")

@@ -18,9 +18,11 @@ use crate::error::RecordError;
 use crate::outputs;
 use crate::schema::{AttrKind, AttrSpec, AttrValue, EpochRow, TrialRow, Written};
 
-/// The schema of `audit.h5` (its own: the run's records moved on to schemas 5 and 6 with
-/// the ceilings, the audit's layout did not).
-pub const AUDIT_SCHEMA: u32 = 4;
+/// The schema of `audit.h5` (its own numbering: 5 added the early steps, with the run's
+/// records' schema 7).
+pub const AUDIT_SCHEMA: u32 = 5;
+/// The oldest `audit.h5` schema read: 4, which differs only in comparing no early steps.
+pub const OLDEST_AUDIT_SCHEMA: u32 = 4;
 use crate::writer::{write_attr, write_text_attr};
 
 pub mod judge;
@@ -121,6 +123,24 @@ pub struct SeedRow {
     pub digest: [u8; 32],
 }
 
+/// One of a trial's early steps beside its re-training with the recorded seed (`audit.h5`,
+/// dataset `steps`, audit schema 5): the global training loss of step `step` of the trial's
+/// first epoch. A step the records lack is recorded as NaN (and fails).
+#[derive(H5Type, Clone, Copy, Debug, PartialEq, Serialize)]
+#[repr(C)]
+pub struct AuditStepRow {
+    /// The trial's group.
+    pub group: u32,
+    /// Its model id.
+    pub model_id: u64,
+    /// The step (from 0).
+    pub step: u32,
+    /// The step's global training loss recorded / re-trained.
+    pub train_loss: [f64; 2],
+    /// Running SHA-256 of the previous row's digest and this row's fields.
+    pub digest: [u8; 32],
+}
+
 macro_rules! carried {
     ($t:ty) => {
         impl digest::Carried for $t {
@@ -135,6 +155,7 @@ macro_rules! carried {
 }
 carried!(AuditRow);
 carried!(SeedRow);
+carried!(AuditStepRow);
 
 /// Attribute names of `audit.h5`.
 pub mod attr {
@@ -174,6 +195,8 @@ pub mod attr {
     pub const ROWS_DIGEST: &str = "rows_digest";
     /// string: JSON [`crate::digest::ChainEnd`] of the `seeds` rows.
     pub const SEEDS_DIGEST: &str = "seeds_digest";
+    /// string: JSON [`crate::digest::ChainEnd`] of the `steps` rows (audit schema 5).
+    pub const STEPS_DIGEST: &str = "steps_digest";
     /// string: the audit digest over every other attribute, hex.
     pub const AUDIT_DIGEST: &str = "audit_digest";
 }
@@ -207,6 +230,10 @@ pub const AUDIT_ATTRS: &[AttrSpec] = &[
     spec(attr::VERDICT, AttrKind::Text),
     spec(attr::ROWS_DIGEST, AttrKind::Text),
     spec(attr::SEEDS_DIGEST, AttrKind::Text),
+    AttrSpec {
+        since: 5,
+        ..spec(attr::STEPS_DIGEST, AttrKind::Text)
+    },
 ];
 
 /// The sample's seed: the first 8 bytes (little-endian) of SHA-256 of
@@ -332,6 +359,8 @@ pub struct Audit {
     pub rows: Vec<AuditRow>,
     /// The further re-trainings.
     pub seed_rows: Vec<SeedRow>,
+    /// The early steps compared (trials re-trained on their group's rank count).
+    pub step_rows: Vec<AuditStepRow>,
 }
 
 impl Audit {
@@ -359,6 +388,7 @@ impl Audit {
             (attr::VERDICT, text(&self.verdict)),
             (attr::ROWS_DIGEST, end(self.end("epochs", &self.rows))),
             (attr::SEEDS_DIGEST, end(self.end("seeds", &self.seed_rows))),
+            (attr::STEPS_DIGEST, end(self.end("steps", &self.step_rows))),
         ]
     }
 
@@ -406,6 +436,12 @@ impl Audit {
         digest::seal(digest::chain_seed(AUDIT_FILE, "epochs"), &mut rows);
         let mut seeds = self.seed_rows.clone();
         digest::seal(digest::chain_seed(AUDIT_FILE, "seeds"), &mut seeds);
+        let mut steps = self.step_rows.clone();
+        digest::seal(digest::chain_seed(AUDIT_FILE, "steps"), &mut steps);
+        file.new_dataset_builder()
+            .with_data(&steps)
+            .create("steps")
+            .map_err(h5)?;
         file.new_dataset_builder()
             .with_data(&rows)
             .create("epochs")

@@ -1,4 +1,4 @@
-//! Physical consistency (rules `aiperf-rules-4`, docs/design.md §5): the records checked against
+//! Physical consistency (rules `aiperf-rules-5`, docs/design.md §5): the records checked against
 //! themselves, without any digest, so that a record set written from the documentation
 //! alone is refused unless it describes work that fits together — architectures that take
 //! the dataset's input and classes and grow from the configured start architecture (which
@@ -8,6 +8,8 @@
 //! agree with their epoch rows, and epoch times that leave room for the recorded work.
 //! Each failure names the row; any makes the run INVALID.
 
+mod physics;
+mod steps;
 mod time;
 
 use std::collections::BTreeMap;
@@ -76,8 +78,9 @@ impl Setting {
     }
 }
 
-/// Every consistency problem of `run`, one line each (empty: consistent).
-pub fn check(run: &Run) -> Vec<String> {
+/// Every consistency problem of `run`, one line each (empty: consistent). `ops_per_s` is
+/// the score (sustained OPS at the run's end), held against the recorded ceilings.
+pub fn check(run: &Run, ops_per_s: f64) -> Vec<String> {
     let s = Setting::of(run);
     let mut out = Vec::new();
     let Some(dataset) = &s.dataset else {
@@ -90,6 +93,9 @@ pub fn check(run: &Run) -> Vec<String> {
     out.extend(epochs(run, &s, dataset, &trials));
     out.extend(trials_agree(run, &trials));
     out.extend(time::check(run, &s.config));
+    let real = s.trainer() == Some("real");
+    out.extend(steps::check(run, real));
+    out.extend(physics::check(run, real, ops_per_s));
     out
 }
 

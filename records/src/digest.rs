@@ -18,7 +18,7 @@ use hdf5::H5Type;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use crate::schema::{AttrValue, EpochRow, TpeRow, TrialRow};
+use crate::schema::{AttrValue, EpochRow, StepRow, TpeRow, TrialRow};
 
 /// A SHA-256 digest.
 pub type Digest = [u8; 32];
@@ -116,7 +116,7 @@ macro_rules! carried {
         }
     )*};
 }
-carried!(EpochRow, TrialRow, TpeRow);
+carried!(EpochRow, StepRow, TrialRow, TpeRow);
 
 /// Fills in the digests of `rows`, which follow a chain whose last digest is `prev`;
 /// returns the new last digest.

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::digest::{self, ChainEnd, Digest};
 use crate::reader::{GroupRecords, Run};
-use crate::schema::{group_file, PRIMARY_FILE};
+use crate::schema::{group_datasets, group_file, PRIMARY_FILE};
 
 /// What the digests say.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -149,10 +149,15 @@ fn check_primary_chains(run: &Run, out: &mut Integrity) {
 fn check_group(run: &Run, g: &GroupRecords, out: &mut Integrity) {
     let file = group_file(g.group);
     let seed = |d| digest::chain_seed(&file, d);
-    if let Some(row) = digest::first_broken(seed("epochs"), &g.epochs) {
-        out.problems.push(format!(
-            "{file} epochs row {row}: its digest does not follow from its fields and the rows before it: the row was altered, inserted or removed"
-        ));
+    for (name, row) in [
+        ("epochs", digest::first_broken(seed("epochs"), &g.epochs)),
+        ("steps", digest::first_broken(seed("steps"), &g.steps)),
+    ] {
+        if let Some(row) = row {
+            out.problems.push(format!(
+                "{file} {name} row {row}: its digest does not follow from its fields and the rows before it: the row was altered, inserted or removed"
+            ));
+        }
     }
     let Some(chains) = &run.info.group_chains else {
         return;
@@ -174,8 +179,13 @@ fn check_group(run: &Run, g: &GroupRecords, out: &mut Integrity) {
         recomputed(&file, "epochs", &g.epochs),
         recomputed(&file, "monitor", &g.monitor),
         recomputed(&file, "trace", &g.trace),
+        recomputed(&file, "steps", &g.steps),
     ];
-    for end in &ends {
+    let datasets = group_datasets(run.info.schema_version);
+    for end in ends
+        .iter()
+        .filter(|e| datasets.contains(&e.dataset.as_str()))
+    {
         let r = recorded.chains.iter().find(|c| c.dataset == end.dataset);
         compare_end(&file, end, r, true, out);
     }

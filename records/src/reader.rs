@@ -12,8 +12,8 @@ use legacy::{EpochRowV1, StoredTrial, StoredTrialV2, TpeRowV2};
 use crate::digest::{ChainEnd, GroupChain};
 use crate::error::RecordError;
 use crate::schema::{
-    attr, group_file, AttrValue, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, TrialStatus,
-    GROUP_ATTRS, PRIMARY_FILE,
+    attr, group_file, AttrValue, EpochRow, MonitorRow, StepRow, TpeRow, TraceRow, TrialRow,
+    TrialStatus, GROUP_ATTRS, PRIMARY_FILE,
 };
 use crate::source::Source;
 
@@ -88,6 +88,8 @@ pub struct GroupRecords {
     pub monitor: Vec<MonitorRow>,
     /// Traced spans (`--trace-steps`; none in schema 1).
     pub trace: Vec<TraceRow>,
+    /// Every trial's early steps' global training losses (schema 7; none before).
+    pub steps: Vec<StepRow>,
     /// Attributes of the file that the schema does not have (nothing seals them).
     pub unsealed: Vec<String>,
 }
@@ -445,6 +447,11 @@ fn read_group(
         monitor: f.rows::<MonitorRow>("monitor")?,
         trace: if version >= 2 {
             f.rows::<TraceRow>("trace")?
+        } else {
+            Vec::new()
+        },
+        steps: if version >= 7 {
+            f.rows::<StepRow>("steps")?
         } else {
             Vec::new()
         },

@@ -420,6 +420,23 @@ pub fn power_line(power: &[crate::audit::judge::Power]) -> String {
     )
 }
 
+/// The early steps' line of an audit: how many were compared and how close they came.
+pub fn steps_line(s: &crate::audit::judge::Steps) -> String {
+    if s.compared == 0 {
+        return "none compared (records from schema 7 hold them, and each trial's are compared when the audit re-trains it on its group's rank count)".into();
+    }
+    if s.tolerance == 0.0 {
+        return format!(
+            "{} step(s) of {} trial(s), bit-identical required; largest relative gap {:.2e}",
+            s.compared, s.trials, s.largest_gap
+        );
+    }
+    format!(
+        "{} step(s) of {} trial(s); largest relative gap of a judged step (the first 2 of each trial) {:.2e}, tolerance {:.0e}",
+        s.compared, s.trials, s.largest_gap, s.tolerance
+    )
+}
+
 /// The audit lines of [`text`]: its verdict, whether it is verified, mode, power, failures.
 fn write_audit(t: &mut String, s: &Score) {
     let Some(a) = &s.audit else {
@@ -449,6 +466,9 @@ fn write_audit(t: &mut String, s: &Score) {
             power_line(&a.power)
         );
     }
+    if !a.mode.is_empty() {
+        let _ = writeln!(t, "    - early steps: {}", steps_line(&a.steps));
+    }
     for line in a.problems.iter().chain(&a.failures) {
         let _ = writeln!(t, "    - {line}");
     }
@@ -472,7 +492,7 @@ pub fn audit_text(a: &crate::audit::Audit, j: &crate::audit::Judgement) -> Strin
     if a.mode == crate::audit::Mode::Statistical {
         let _ = writeln!(
             t,
-            "  statistic                {} re-trainings per epoch; family-wise α = {} over {} values, one-sided (better than the re-trainings); critical z = {:.3}",
+            "  statistic                {} re-trainings per epoch; family-wise α = {} (half over {} values, each against its epoch's stratum, one-sided: better than the re-trainings; half over the combined tests); critical z up to {:.3}",
             a.seeds,
             a.alpha,
             j.findings.len(),
@@ -503,11 +523,12 @@ pub fn audit_text(a: &crate::audit::Audit, j: &crate::audit::Judgement) -> Strin
         for p in &j.power {
             let _ = writeln!(
                 t,
-                "    {:<12} pooled spread {:.6} over {} degrees of freedom",
-                p.value, p.spread, p.df
+                "    {:<12} combined: better by {:+.6} ± {:.6} (critical z {:.2}), {} degrees of freedom over the strata",
+                p.value, p.combined, p.combined_se, p.combined_critical, p.df
             );
         }
     }
+    let _ = writeln!(t, "  early steps              {}", steps_line(&j.steps));
     for f in &j.failures {
         let _ = writeln!(t, "  - {f}");
     }

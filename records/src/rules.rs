@@ -1,4 +1,4 @@
-//! The validity rules `aiperf-rules-4` (docs/design.md §5) as data: a table of keys of the run's
+//! The validity rules `aiperf-rules-5` (docs/design.md §5) as data: a table of keys of the run's
 //! evidence — the recorded configuration, the dataset identity read from the pack headers,
 //! the search and HPO algorithms the run used, and the measured duration and error — each
 //! with its required value or range and the status a deviation gives. The verdict walks
@@ -48,7 +48,7 @@ pub struct Rule {
 use Requirement::{AtLeast, AtMost, Equals, OneOf};
 use Severity::{Invalid, Unofficial};
 
-/// The rules of `aiperf-rules-4` read from the configuration and measured figures, in the
+/// The rules of `aiperf-rules-5` read from the configuration and measured figures, in the
 /// order the verdict reports deviations (the checks of the records against themselves are
 /// [`crate::consistency`]).
 #[rustfmt::skip]

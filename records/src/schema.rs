@@ -7,9 +7,9 @@
 use hdf5::H5Type;
 
 /// Version of this schema; readers refuse others.
-pub const SCHEMA_VERSION: u32 = 6;
+pub const SCHEMA_VERSION: u32 = 7;
 /// Version of the scoring and validity rules (docs/design.md §5).
-pub const RULES_VERSION: &str = "aiperf-rules-4";
+pub const RULES_VERSION: &str = "aiperf-rules-5";
 /// File name of the primary's records.
 pub const PRIMARY_FILE: &str = "primary.h5";
 
@@ -90,6 +90,31 @@ impl EpochRow {
             val_accuracy: self.val_accuracy,
         }
     }
+}
+
+/// Optimizer steps at the start of every trial whose global training loss is recorded
+/// ([`StepRow`], schema 7): enough for the audit to tell the same trial re-trained on
+/// another processor (its first steps agree to 1e-7–1e-5 relative, parting to about 1e-3
+/// by step 30) from another seed, architecture or batch (about 1e-2 from the first step;
+/// docs/reviewer.md).
+pub const EARLY_STEPS: u32 = 32;
+
+/// The global training loss of one of the first [`EARLY_STEPS`] optimizer steps of a trial
+/// (`group-<g>.h5`, dataset `steps`, schema 7): the loss of the step's global batch, the
+/// weighted sum of every rank's shard loss, in the order the steps ran. Written once the
+/// trial's first epoch completed, before its epoch row.
+#[derive(H5Type, Clone, Copy, Debug, PartialEq)]
+#[repr(C)]
+pub struct StepRow {
+    /// Global model id.
+    pub model_id: u64,
+    /// The step within the trial's first epoch (from 0).
+    pub step: u32,
+    /// The global batch's training loss (with label smoothing), before the step's update.
+    pub train_loss: f64,
+    /// Running SHA-256 of the previous row's digest and this row's fields
+    /// ([`crate::digest`]).
+    pub digest: [u8; 32],
 }
 
 /// One monitoring sample (`group-<g>.h5`, dataset `monitor`). NaN where not measured.
@@ -357,5 +382,14 @@ pub const GROUP_ATTRS: &[AttrSpec] = &[
 /// `architecture_ids` with its JSON).
 pub const PRIMARY_DATASETS: &[&str] = &["trials", "architectures", "tpe"];
 
-/// The datasets of `group-<g>.h5`, each one chain.
-pub const GROUP_DATASETS: &[&str] = &["epochs", "monitor", "trace"];
+/// The datasets of `group-<g>.h5`, each one chain (`steps` from schema 7).
+pub const GROUP_DATASETS: &[&str] = &["epochs", "monitor", "trace", "steps"];
+
+/// The datasets of `group-<g>.h5` that records of schema `version` have.
+pub fn group_datasets(version: u32) -> &'static [&'static str] {
+    if version >= 7 {
+        GROUP_DATASETS
+    } else {
+        &GROUP_DATASETS[..3]
+    }
+}

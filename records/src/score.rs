@@ -11,7 +11,7 @@ pub use crate::grid::{grid, GridError, MAX_GRID_STEPS, OFFICIAL_INTERVAL_S};
 use crate::integrity::{self, Integrity};
 use crate::reader::Run;
 use crate::rules::{self, Severity};
-use crate::schema::{EpochRow, TrialStatus, RULES_VERSION};
+use crate::schema::{EpochRow, TrialStatus, RULES_VERSION, SCHEMA_VERSION};
 use crate::stability::{stability, Stability};
 
 /// Error floor, so that a perfect accuracy keeps −ln(error) finite (a warning says so).
@@ -336,7 +336,13 @@ pub fn score_with_digest(
     let best_accuracy = counted.iter().map(|e| e.val_accuracy).fold(0.0, f64::max);
     let integrity = integrity::check(run, expected);
     warnings.extend(integrity.notes.iter().cloned());
-    let verdict = verdict(run, duration_s, 1.0 - best_accuracy, &integrity);
+    let ops_per_s = timeline.last().map_or(0.0, |p| p.ops_per_s);
+    let verdict = verdict(
+        run,
+        (duration_s, ops_per_s),
+        1.0 - best_accuracy,
+        &integrity,
+    );
     let groups: Vec<(u32, &[EpochRow])> = (0..run.info.groups)
         .map(|g| {
             let rows = run.groups.iter().find(|r| r.group == g);
@@ -460,7 +466,12 @@ fn json(text: &str) -> serde_json::Value {
 /// recorded configuration, dataset identity, search record and measured figures, plus the
 /// records' own soundness — group files present, digest chains intact, every epoch's ops
 /// recomputed — and the rules version recorded. INVALID outranks UNOFFICIAL.
-fn verdict(run: &Run, duration_s: f64, final_error: f64, integrity: &Integrity) -> Verdict {
+fn verdict(
+    run: &Run,
+    (duration_s, ops_per_s): (f64, f64),
+    final_error: f64,
+    integrity: &Integrity,
+) -> Verdict {
     let i = &run.info;
     let evidence = rules::evidence(
         &json(&i.config_json),
@@ -488,11 +499,17 @@ fn verdict(run: &Run, duration_s: f64, final_error: f64, integrity: &Integrity) 
         invalid.push("no run digest: the run did not stop cleanly, so nothing seals its attributes or vouches for its last rows (resume it with `aiperf run --resume` and let it reach its deadline)".into());
     }
     invalid.extend(crate::recount::recount(run));
-    invalid.extend(crate::consistency::check(run));
+    invalid.extend(crate::consistency::check(run, ops_per_s));
     if i.rules_version != RULES_VERSION {
         invalid.push(format!(
             "recorded under rules {}, scored under {RULES_VERSION}",
             i.rules_version
+        ));
+    }
+    if i.schema_version != SCHEMA_VERSION {
+        invalid.push(format!(
+            "records of schema {}, scored under schema {SCHEMA_VERSION}: a result carries every field of the newest schema (score older records with the build that recorded them)",
+            i.schema_version
         ));
     }
     let status = if !invalid.is_empty() {

@@ -5,7 +5,7 @@
 //! run that did not stop cleanly leaves them out, so every chain follows only what is on
 //! disk.
 
-use crate::schema::{EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow};
+use crate::schema::{EpochRow, MonitorRow, StepRow, TpeRow, TraceRow, TrialRow};
 
 /// A row that reads as fill was never written: no written row looks like one.
 pub trait Unwritten {
@@ -23,7 +23,7 @@ macro_rules! sealed_rows {
         }
     )*};
 }
-sealed_rows!(TrialRow, TpeRow, EpochRow);
+sealed_rows!(TrialRow, TpeRow, EpochRow, StepRow);
 
 /// Its time is a Unix time, never zero once written.
 impl Unwritten for MonitorRow {

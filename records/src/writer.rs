@@ -11,8 +11,8 @@ use hdf5::{Dataset, Extent, File, H5Type};
 use crate::digest::{self, Carried, ChainEnd, Digest, GroupChain};
 use crate::error::RecordError;
 use crate::schema::{
-    attr, group_file, AttrKind, AttrValue, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow,
-    PRIMARY_ATTRS, PRIMARY_FILE, RULES_VERSION, SCHEMA_VERSION,
+    attr, group_file, AttrKind, AttrValue, EpochRow, MonitorRow, StepRow, TpeRow, TraceRow,
+    TrialRow, PRIMARY_ATTRS, PRIMARY_FILE, RULES_VERSION, SCHEMA_VERSION,
 };
 use crate::tail::{self, Unwritten};
 
@@ -421,18 +421,19 @@ fn reopened_chains(
     ])
 }
 
-/// `group-<g>.h5`: a group's epochs, monitor samples and traced spans, each dataset chained
-/// as it grows (epoch rows carry their digest).
+/// `group-<g>.h5`: a group's epochs, monitor samples, traced spans and trials' early steps,
+/// each dataset chained as it grows (epoch and step rows carry their digest).
 pub struct GroupWriter {
     path: PathBuf,
     file: File,
     epochs: Dataset,
     monitor: Dataset,
     trace: Dataset,
+    steps: Dataset,
     group: u32,
     ranks: u32,
     /// The chains of [`crate::schema::GROUP_DATASETS`], in that order.
-    chains: [Chain; 3],
+    chains: [Chain; 4],
 }
 
 impl GroupWriter {
@@ -446,16 +447,18 @@ impl GroupWriter {
         let epochs = table::<EpochRow>(&file, &path, "epochs")?;
         let monitor = table::<MonitorRow>(&file, &path, "monitor")?;
         let trace = table::<TraceRow>(&file, &path, "trace")?;
+        let steps = table::<StepRow>(&file, &path, "steps")?;
         file.flush().map_err(h5(&path))?;
         let name = group_file(group);
-        let chains =
-            ["epochs", "monitor", "trace"].map(|n| Chain::at(n, digest::chain_seed(&name, n), 0));
+        let chains = ["epochs", "monitor", "trace", "steps"]
+            .map(|n| Chain::at(n, digest::chain_seed(&name, n), 0));
         Ok(GroupWriter {
             path,
             file,
             epochs,
             monitor,
             trace,
+            steps,
             group,
             ranks: accelerators,
             chains,
@@ -472,14 +475,21 @@ impl GroupWriter {
         let epochs = file.dataset("epochs").map_err(h5(&path))?;
         let monitor = file.dataset("monitor").map_err(h5(&path))?;
         let trace = file.dataset("trace").map_err(h5(&path))?;
+        let steps = file.dataset("steps").map_err(h5(&path))?;
         // Every chain goes on from the last row written before the stop.
         let name = group_file(group);
+        let carried = |d: &'static str, rows_len: u64, last: Digest| Chain::at(d, last, rows_len);
         let rows: Vec<EpochRow> = written_rows(&path, &name, ("epochs", &epochs))?;
-        let seed = digest::chain_seed(&name, "epochs");
-        let epochs_chain = Chain::at(
+        let epochs_chain = carried(
             "epochs",
-            digest::last_carried(seed, &rows),
             rows.len() as u64,
+            digest::last_carried(digest::chain_seed(&name, "epochs"), &rows),
+        );
+        let step_rows: Vec<StepRow> = written_rows(&path, &name, ("steps", &steps))?;
+        let steps_chain = carried(
+            "steps",
+            step_rows.len() as u64,
+            digest::last_carried(digest::chain_seed(&name, "steps"), &step_rows),
         );
         let monitor_rows: Vec<MonitorRow> = written_rows(&path, &name, ("monitor", &monitor))?;
         let trace_rows: Vec<TraceRow> = written_rows(&path, &name, ("trace", &trace))?;
@@ -487,6 +497,7 @@ impl GroupWriter {
             epochs_chain,
             Chain::over(&name, "monitor", &monitor_rows),
             Chain::over(&name, "trace", &trace_rows),
+            steps_chain,
         ];
         Ok(GroupWriter {
             path,
@@ -494,6 +505,7 @@ impl GroupWriter {
             epochs,
             monitor,
             trace,
+            steps,
             group,
             ranks: accelerators,
             chains,
@@ -509,6 +521,17 @@ impl GroupWriter {
     pub fn append_epochs(&self, rows: &[EpochRow]) -> Result<(), RecordError> {
         self.chains[0].seal(rows, |sealed| {
             append_rows(&self.file, &self.path, &self.epochs, sealed)
+        })
+    }
+
+    /// Records a trial's early steps ([`crate::schema::EARLY_STEPS`] at most, in step
+    /// order; their digests are filled in here), before the trial's first epoch row.
+    pub fn append_steps(&self, rows: &[StepRow]) -> Result<(), RecordError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.chains[3].seal(rows, |sealed| {
+            append_rows(&self.file, &self.path, &self.steps, sealed)
         })
     }
 

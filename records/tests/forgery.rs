@@ -30,11 +30,12 @@ fn honest_fixtures_pass_every_consistency_rule() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
     official_run(tmp.path(), 4);
-    assert_eq!(verdict(tmp.path()).0, Status::Valid);
+    let (status, why) = verdict(tmp.path());
+    assert_eq!(status, Status::Valid, "{why}");
     let small = tempfile::tempdir().unwrap();
     small_run(small.path(), 4);
     let run = read_run(small.path()).unwrap();
-    assert!(aiperf_records::consistency::check(&run).is_empty());
+    assert!(aiperf_records::consistency::check(&run, 0.0).is_empty());
 }
 
 /// The case: a Fashion-MNIST run's records rewritten to the official configuration,

@@ -165,8 +165,8 @@ fn damaged_records_give_clear_errors() {
     let dir = tmp.path().join("current");
     write_run(&dir, Some(1000.0));
     for (version, expected) in [
-        (7u32, "schema version 7"),
-        (1, "\"schema_version\": 1, but primary.h5 has 6"),
+        (8u32, "schema version 8"),
+        (1, "\"schema_version\": 1, but primary.h5 has 7"),
     ] {
         {
             let f = hdf5::File::append(dir.join("group-0.h5")).unwrap();
@@ -502,7 +502,7 @@ const SNAPSHOT: &str = "aiperf score: RUN
   accelerator use          not monitored (no NVML sample among 1)
   host                     CPU 90.0% (mean of 1 samples), memory peak 1.000 GB
   records                  intact (run digest DIGEST)
-  verdict (aiperf-rules-4)   INVALID
+  verdict (aiperf-rules-5)   INVALID
     - run length in seconds, at least 1 h (--duration): 1000.0, at least 3600 [/measured/duration_s]
     - model 0: recorded architecture: the graph must start with one Input node (found no nodes): the operations of its 6 epoch row(s) cannot be recomputed
     - no recorded architecture is the configured start architecture resnet8 (rebuilt for the dataset): the search did not start from it
@@ -513,6 +513,8 @@ const SNAPSHOT: &str = "aiperf score: RUN
     - group-1.h5 epochs row 1 (model 0, epoch 1): no trial row of group 1 trained model 0
     - and 1 more epoch rows whose images or steps do not follow
     - primary.h5 trials row 0 (group 0, model 0): 3 epochs of round 0, but group-0.h5 holds 3 rows of that model not numbered 1, 2, … in that round
+    - group-0.h5 model 0: 0 early step(s) recorded, its first epoch of 4 steps needs steps 0 to 3 (32 at most): the audit compares them, so every trial records them
+    - group-1.h5 model 0: 0 early step(s) recorded, its first epoch of 4 steps needs steps 0 to 3 (32 at most): the audit compares them, so every trial records them
     - dataset (--config, --data): \"fashion-mnist\", official \"imagenet\" [/dataset/name]
     - training images in the pack (--data): 60000, official 1281167 [/dataset/train_images]
     - validation images in the pack (--data): 10000, official 50000 [/dataset/val_images]

@@ -11,8 +11,8 @@ use std::path::Path;
 
 use aiperf_records::digest::Digest;
 use aiperf_records::schema::{
-    attr, AttrKind, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, Written, GROUP_ATTRS,
-    GROUP_DATASETS, PRIMARY_ATTRS, PRIMARY_DATASETS, PRIMARY_FILE,
+    attr, AttrKind, EpochRow, MonitorRow, StepRow, TpeRow, TraceRow, TrialRow, Written,
+    GROUP_ATTRS, GROUP_DATASETS, PRIMARY_ATTRS, PRIMARY_DATASETS, PRIMARY_FILE,
 };
 use aiperf_records::{integrity, read_run};
 use common::reseal::{reseal, rewrite, text_attr, write_text};
@@ -183,6 +183,7 @@ fn every_field_of_every_dataset_edited_and_resealed_is_caught_by_the_digest() {
             "epochs" => each_member::<EpochRow>("group-0.h5", d),
             "monitor" => each_member::<MonitorRow>("group-0.h5", d),
             "trace" => each_member::<TraceRow>("group-0.h5", d),
+            "steps" => each_member::<StepRow>("group-0.h5", d),
             "architectures" => {
                 for edit in 0..2 {
                     let tmp = tempfile::tempdir().unwrap();

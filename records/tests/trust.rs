@@ -598,6 +598,7 @@ fn the_exit_status_tells_valid_unofficial_invalid_altered_audit_failed_and_error
         verdict: "FAILED".into(),
         rows: vec![aiperf_records::audit::row(0, &r, &retrained, 1.0)],
         seed_rows: Vec::new(),
+        step_rows: Vec::new(),
     };
     let sealed = audit.write(&audited.path().join("audit.h5")).unwrap();
     // Unverified, a failed audit does not decide the exit status; with its digest it does.

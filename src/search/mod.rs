@@ -9,7 +9,7 @@ pub mod morphism;
 pub mod sim;
 pub mod tpe;
 
-/// The architecture search as the rules name it (`aiperf-rules-4`): network morphism guided
+/// The architecture search as the rules name it (`aiperf-rules-5`): network morphism guided
 /// by Bayesian optimisation. Bump the version whenever its behaviour changes. Version 2
 /// fits the Gaussian process on at most [`bayes::MAX_FIT`] models (version 1 on all).
 pub const ARCHITECTURE_SEARCH: (&str, u32) = ("network-morphism-bo", 2);

@@ -115,6 +115,10 @@ pub struct EpochStats {
     pub non_finite: bool,
     /// The first `--trace-steps` steps' spans (empty unless traced).
     pub spans: Vec<Span>,
+    /// Epoch 1 of the real trainer: the global training loss of each of its first
+    /// [`aiperf_records::schema::EARLY_STEPS`] steps (summed over the group's ranks; empty
+    /// otherwise, and for the stand-in trainers).
+    pub early_losses: Vec<f64>,
 }
 
 /// One trial being trained on this rank of a group.

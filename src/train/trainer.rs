@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
+use aiperf_records::schema::EARLY_STEPS;
+
 use super::amp::Precision;
 use super::layout::MemoryFormat;
 use super::scaler::{LossScaler, StepAction};
@@ -118,8 +120,9 @@ pub struct TrialSpec {
 enum Step {
     /// The update was applied; the step's weighted loss.
     Applied(f64),
-    /// fp16: the gradients overflowed; the update was skipped and the scale lowered.
-    Skipped,
+    /// fp16: the gradients overflowed; the update was skipped and the scale lowered (the
+    /// step's weighted loss).
+    Skipped(f64),
     /// The run ended: the group abandons the epoch.
     Abandoned,
     /// The loss or gradients are non-finite for good.
@@ -358,6 +361,9 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
         let steps = self.train.batches_per_epoch();
         let steps_u32 = u32::try_from(steps).unwrap_or(u32::MAX);
         let (mut loss_sum, mut applied) = (0f64, 0usize);
+        // The trial's first steps, recorded for the audit (this rank's weighted shares).
+        let early = usize::from(epoch == 1) * steps.min(EARLY_STEPS as usize);
+        let mut early_losses = Vec::with_capacity(early);
         let mut batches = self.train.epoch(u64::from(epoch - 1));
         for step in 0..steps {
             let step_u32 = u32::try_from(step).unwrap_or(u32::MAX);
@@ -378,12 +384,16 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
             let weight = batch.len() as f32 / batch.global_size as f32;
             self.opt
                 .set_lr(self.schedule.lr(epoch - 1, step_u32, steps_u32));
-            match self.step(&x, &y, (weight, step_u32), stop(), &mut stats)? {
+            let stepped = self.step(&x, &y, (weight, step_u32), stop(), &mut stats)?;
+            if let (Step::Applied(loss) | Step::Skipped(loss), true) = (&stepped, step < early) {
+                early_losses.push(*loss);
+            }
+            match stepped {
                 Step::Applied(loss) => {
                     loss_sum += loss;
                     applied += 1;
                 }
-                Step::Skipped => {}
+                Step::Skipped(_) => {}
                 Step::Abandoned => {
                     stats.abandoned = true;
                     stats.wall_s = started.elapsed().as_secs_f64();
@@ -407,6 +417,12 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
         let reducing = Instant::now();
         self.comm
             .all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());
+        stats.early_losses = vec![0f64; early_losses.len()];
+        self.comm.all_reduce_into(
+            &early_losses[..],
+            &mut stats.early_losses[..],
+            SystemOperation::sum(),
+        );
         stats.allreduce_s += reducing.elapsed().as_secs_f64();
         // Optimizer steps (fp16 skips the updates of overflowing steps; their images were
         // still trained forward and backward).
@@ -465,7 +481,7 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
         match self.scaler.as_mut().map(|sc| sc.update(s.finite)) {
             None if !s.finite => return Ok(Step::NonFinite),
             Some(StepAction::GiveUp) => return Ok(Step::NonFinite),
-            Some(StepAction::Skip) => return Ok(Step::Skipped),
+            Some(StepAction::Skip) => return Ok(Step::Skipped(step_loss)),
             _ => {}
         }
         let updating = Instant::now();

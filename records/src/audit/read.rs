@@ -6,7 +6,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use super::{attr, judge, Audit, AuditRow, Judgement, Mode, SeedRow, AUDIT_ATTRS, AUDIT_FILE};
+use super::{
+    attr, judge, Audit, AuditRow, AuditStepRow, Judgement, Mode, SeedRow, AUDIT_ATTRS, AUDIT_FILE,
+};
 use crate::digest::{self, Digest};
 use crate::error::RecordError;
 use crate::source::Source;
@@ -34,15 +36,15 @@ pub fn read(dir: &Path, run_digest: Option<&str>) -> Result<Option<AuditRecord>,
     }
     let f = Source::open(&path)?;
     let version: u32 = f.attr(attr::SCHEMA_VERSION)?;
-    if version < super::AUDIT_SCHEMA {
+    if version < super::OLDEST_AUDIT_SCHEMA {
         return Err(RecordError::Hdf5 {
             path,
             message: format!("an audit of schema {version}, written by an older aiperf: move it away and audit again with this one"),
         });
     }
-    let audit = read_audit(&f, &path)?;
+    let audit = read_audit(&f, &path, version)?;
     let judgement = judge(&audit);
-    let (audit_digest, mut problems) = check_seal(&f, &audit)?;
+    let (audit_digest, mut problems) = check_seal(&f, &audit, version)?;
     if audit.verdict != judgement.verdict {
         problems.push(format!(
             "audit.h5: its stored verdict {} is not what its figures give ({}): the audit was altered",
@@ -66,7 +68,7 @@ pub fn read(dir: &Path, run_digest: Option<&str>) -> Result<Option<AuditRecord>,
 }
 
 /// The audit's attributes and rows as stored in `f` (at `path`).
-fn read_audit(f: &Source, path: &Path) -> Result<Audit, RecordError> {
+fn read_audit(f: &Source, path: &Path, version: u32) -> Result<Audit, RecordError> {
     let u32a = |name: &str| f.attr::<u32>(name);
     let mode = match f.text(attr::MODE)?.as_str() {
         "exact" => Mode::Exact,
@@ -98,14 +100,25 @@ fn read_audit(f: &Source, path: &Path) -> Result<Audit, RecordError> {
         verdict: f.text(attr::VERDICT)?,
         rows: f.rows::<AuditRow>("epochs")?,
         seed_rows: f.rows::<SeedRow>("seeds")?,
+        // Audits of schema 4 compared no early steps.
+        step_rows: if version >= 5 {
+            f.rows::<AuditStepRow>("steps")?
+        } else {
+            Vec::new()
+        },
     })
 }
 
 /// The audit digest recomputed from `f`'s attributes (hex), and what breaks its seal: a row
 /// whose chained digest does not follow, or a stored digest or chain end that does not match.
-fn check_seal(f: &Source, audit: &Audit) -> Result<(String, Vec<String>), RecordError> {
+fn check_seal(
+    f: &Source,
+    audit: &Audit,
+    version: u32,
+) -> Result<(String, Vec<String>), RecordError> {
     let values = AUDIT_ATTRS
         .iter()
+        .filter(|s| s.since <= version)
         .map(|s| Ok((s.name, f.attr_value(s)?)))
         .collect::<Result<Vec<_>, RecordError>>()?;
     let mut problems = Vec::new();
@@ -117,6 +130,10 @@ fn check_seal(f: &Source, audit: &Audit) -> Result<(String, Vec<String>), Record
         (
             "seeds",
             digest::first_broken(digest::chain_seed(AUDIT_FILE, "seeds"), &audit.seed_rows),
+        ),
+        (
+            "steps",
+            digest::first_broken(digest::chain_seed(AUDIT_FILE, "steps"), &audit.step_rows),
         ),
     ] {
         if let Some(row) = broken {
@@ -130,7 +147,9 @@ fn check_seal(f: &Source, audit: &Audit) -> Result<(String, Vec<String>), Record
     let ends = [
         (attr::ROWS_DIGEST, audit.end("epochs", &audit.rows)),
         (attr::SEEDS_DIGEST, audit.end("seeds", &audit.seed_rows)),
+        (attr::STEPS_DIGEST, audit.end("steps", &audit.step_rows)),
     ];
+    let ends = &ends[..if version >= 5 { 3 } else { 2 }];
     let ends_hold = ends
         .iter()
         .map(|(name, e)| Ok(f.text(name)? == serde_json::to_string(e).expect("plain data")))
@@ -167,6 +186,8 @@ pub struct AuditSummary {
     pub seeds: u32,
     /// What the evidence could detect (statistical mode).
     pub power: Vec<judge::Power>,
+    /// The early steps compared.
+    pub steps: judge::Steps,
     /// Each disagreement, in words.
     pub failures: Vec<String>,
     /// Why the audit cannot be trusted (empty: sound).
@@ -191,6 +212,7 @@ pub fn summary(
         alpha: 0.0,
         seeds: 0,
         power: Vec::new(),
+        steps: judge::Steps::default(),
         failures: Vec::new(),
         problems,
     };
@@ -234,6 +256,7 @@ pub fn summary(
                 alpha: r.audit.alpha,
                 seeds: r.audit.seeds,
                 power: r.judgement.power,
+                steps: r.judgement.steps,
                 failures: r.judgement.failures,
                 problems,
             })

@@ -68,6 +68,7 @@ fn audit(mode: Mode, rows: Vec<AuditRow>, seed_rows: Vec<SeedRow>) -> Audit {
         verdict: "PASSED".into(),
         rows,
         seed_rows,
+        step_rows: Vec::new(),
     }
 }
 
@@ -177,11 +178,17 @@ fn statistical_mode_accepts_the_spread_and_names_a_raised_value_with_its_power()
     let honest = judge(&spread_audit(8, 4, 0, 0.0));
     assert_eq!(honest.verdict, "PASSED", "{:?}", honest.failures);
     assert_eq!(honest.findings.len(), 24);
-    // Pooled over 8 × 3 degrees of freedom; one-sided, Bonferroni over 24 values at α = 0.01.
+    // Each epoch its own stratum of 3 degrees of freedom (8 × 3 over the strata); one-sided,
+    // Bonferroni over 24 values at α/2 = 0.005.
     let p = &honest.power[2];
-    assert_eq!((p.value, p.df), ("val_accuracy", 24));
-    let critical = stats::t_quantile(1.0 - 0.01 / 24.0, 24.0);
+    // (the stratum's spread a median, worth ⌈(2/π) · 3⌉ = 2 degrees of freedom).
+    assert_eq!((p.value, p.df), ("val_accuracy", 16));
+    let critical = stats::t_quantile(1.0 - 0.005 / 24.0, 2.0);
     assert!((honest.critical - critical).abs() < 1e-12);
+    assert!(honest.findings.iter().all(|f| f.critical == critical));
+    // The combined test: Bonferroni over the three kinds at α/2, over every stratum's df.
+    let combined = stats::t_quantile(1.0 - 0.005 / 3.0, 16.0);
+    assert!((p.combined_critical - combined).abs() < 1e-12);
     // The shift it would have caught: the narrowest room above any record.
     let caught = p.shift;
     assert!(caught > 0.0 && caught < 0.1, "{caught}");
@@ -196,14 +203,13 @@ fn statistical_mode_accepts_the_spread_and_names_a_raised_value_with_its_power()
     };
     assert_eq!(uniform(caught * 1.001), "FAILED");
     assert_eq!(uniform(caught * 0.999), "PASSED");
-    // Raising one epoch's accuracy by more than the power fails there, naming it.
-    let raised = judge(&spread_audit(8, 4, 3, 0.2));
+    // Raising one epoch's accuracy far beyond the others fails: with two degrees of freedom
+    // per stratum the combined test names it before that epoch's own interval does.
+    let raised = judge(&spread_audit(8, 4, 3, 0.4));
     assert_eq!(raised.verdict, "FAILED");
     assert!(
-        raised
-            .failures
-            .iter()
-            .any(|f| f.starts_with("group 0 model 4 epoch 3: val_accuracy recorded 0.7")),
+        raised.failures.iter().any(|f| f
+            .starts_with("val_accuracy: the recorded figures are better than their re-trainings on the whole by 0.050000")),
         "{:?}",
         raised.failures
     );
@@ -387,4 +393,162 @@ fn an_audit_whose_mode_is_neither_exact_nor_statistical_is_refused_by_name() {
     let s = summary(tmp.path(), Some(&"ab".repeat(32)), Some(&sealed)).unwrap();
     assert_eq!((s.verdict.as_str(), s.verified), ("NOT TRUSTED", false));
     assert!(s.problems[0].contains("lenient"), "{:?}", s.problems);
+}
+
+/// Trials of `epochs` epochs each: their rows of epoch e pooled across trials, spread
+/// ±`sway` about the record, `s` re-trainings each.
+fn trials_audit(trials: u64, epochs: u32, s: u32, sway: f64) -> Audit {
+    let mut rows = Vec::new();
+    let mut seeds = Vec::new();
+    for m in 0..trials {
+        for e in 1..=epochs {
+            let r = EpochRow {
+                model_id: m,
+                epoch: e,
+                ..epoch_row()
+            };
+            // Early epochs scatter ten times wider than later ones.
+            let w = if e == 1 { 10.0 * sway } else { sway };
+            let at = |k: u32| {
+                if (k + m as u32).is_multiple_of(2) {
+                    w
+                } else {
+                    -w
+                }
+            };
+            let mut first = retrained(&r);
+            first.figures.val_accuracy += at(0);
+            rows.push(row(0, &r, &first, 2.0));
+            for k in 1..s {
+                let mut other = retrained(&r);
+                other.figures.val_accuracy += at(k);
+                seeds.push(seed_row(0, &r, k, u64::from(k), &other));
+            }
+        }
+    }
+    audit(Mode::Statistical, rows, seeds)
+}
+
+#[test]
+fn strata_keep_late_epochs_narrow_and_the_combined_test_catches_a_small_uniform_gain() {
+    let a = trials_audit(6, 4, 3, 0.003);
+    let j = judge(&a);
+    assert_eq!(j.verdict, "PASSED", "{:?}", j.failures);
+    let scale = |e: u32| {
+        j.findings
+            .iter()
+            .find(|f| f.value == "val_accuracy" && f.epoch == e)
+            .unwrap()
+            .scale
+    };
+    // Epoch 1's spread does not widen the later epochs' intervals.
+    assert!(scale(1) > 5.0 * scale(3), "{} {}", scale(1), scale(3));
+    // 6 trials × 2 degrees of freedom per stratum, worth ⌈(2/π) · 12⌉ = 8 as a median.
+    let acc = &j.power[2];
+    assert_eq!(acc.df, 4 * 8);
+    // A gain smaller than any one figure's interval, on every figure, fails the combined
+    // test by name.
+    let one = j
+        .findings
+        .iter()
+        .filter(|f| f.value == "val_accuracy")
+        .map(|f| f.critical * f.scale)
+        .fold(f64::INFINITY, f64::min);
+    let gain = acc.shift * 1.01;
+    assert!(gain < one, "{gain} {one}");
+    let mut raised = a.clone();
+    for r in &mut raised.rows {
+        r.val_accuracy[0] += gain;
+    }
+    let jr = judge(&raised);
+    assert_eq!(jr.verdict, "FAILED");
+    assert!(jr.findings.iter().all(|f| f.agrees));
+    assert!(
+        jr.failures[0].starts_with(
+            "val_accuracy: the recorded figures are better than their re-trainings on the whole"
+        ),
+        "{:?}",
+        jr.failures
+    );
+    let mut under = a.clone();
+    for r in &mut under.rows {
+        r.val_accuracy[0] += acc.shift * 0.99;
+    }
+    assert_eq!(judge(&under).verdict, "PASSED");
+}
+
+fn steps(model: u64, recorded: &[f64], retrained: &[f64]) -> Vec<AuditStepRow> {
+    recorded
+        .iter()
+        .zip(retrained)
+        .enumerate()
+        .map(|(i, (&a, &b))| AuditStepRow {
+            group: 0,
+            model_id: model,
+            step: i as u32,
+            train_loss: [a, b],
+            digest: [0; 32],
+        })
+        .collect()
+}
+
+#[test]
+fn early_steps_name_a_trial_that_is_not_the_recorded_training() {
+    let re: Vec<f64> = (0..32).map(|i| 2.3 - 0.02 * f64::from(i)).collect();
+    // Another platform: the first steps agree closely, parting later.
+    let near: Vec<f64> = re
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * (1.0 + 1e-7 * 1.5f64.powi(i as i32)))
+        .collect();
+    let mut a = spread_audit(1, 3, 0, 0.0);
+    a.step_rows = steps(4, &near, &re);
+    let j = judge(&a);
+    assert_eq!(j.verdict, "PASSED", "{:?}", j.failures);
+    assert_eq!((j.steps.compared, j.steps.trials), (32, 1));
+    assert!(j.steps.largest_gap < judge::STEP_TOLERANCE);
+    // In exact mode the same steps must be bit-identical.
+    let mut e = a.clone();
+    e.mode = Mode::Exact;
+    e.seed_rows.clear();
+    for r in &mut e.rows {
+        (r.train_loss[1], r.val_loss[1], r.val_accuracy[1]) =
+            (r.train_loss[0], r.val_loss[0], r.val_accuracy[0]);
+    }
+    assert!(judge(&e)
+        .failures
+        .iter()
+        .any(|f| f.starts_with("group 0 model 4 step 0: early-step")));
+    e.step_rows = steps(4, &re, &re);
+    assert_eq!(judge(&e).verdict, "PASSED");
+    // Another seed: about 1e-2 apart from the first step.
+    let other: Vec<f64> = re
+        .iter()
+        .enumerate()
+        .map(|(i, x)| x * (1.0 + if i % 2 == 0 { 0.012 } else { -0.009 }))
+        .collect();
+    a.step_rows = steps(4, &other, &re);
+    let j = judge(&a);
+    assert_eq!(j.verdict, "FAILED");
+    assert!(
+        j.failures[0].starts_with("group 0 model 4 step 0: early-step training loss recorded")
+            && j.failures[0].contains("the first 2 steps judged, tolerance 1e-4"),
+        "{:?}",
+        j.failures
+    );
+    // A step the records lack fails, naming it.
+    let mut gap = near.clone();
+    gap[5] = f64::NAN;
+    // Only the first steps are judged: later ones may part, as they do on other processors.
+    let mut parted = near.clone();
+    parted[7] *= 1.03;
+    a.step_rows = steps(4, &parted, &re);
+    assert_eq!(judge(&a).verdict, "PASSED");
+    a.step_rows = steps(4, &gap, &re);
+    let j = judge(&a);
+    assert!(
+        j.failures[0].starts_with("group 0 model 4 step 5: no training loss recorded"),
+        "{:?}",
+        j.failures
+    );
 }

@@ -8,7 +8,8 @@ use std::path::Path;
 
 use aiperf_records::digest::{self, ChainEnd, GroupChain};
 use aiperf_records::schema::{
-    attr, AttrKind, AttrValue, EpochRow, MonitorRow, TpeRow, TraceRow, TrialRow, PRIMARY_FILE,
+    attr, AttrKind, AttrValue, EpochRow, MonitorRow, StepRow, TpeRow, TraceRow, TrialRow,
+    PRIMARY_FILE,
 };
 use hdf5::types::VarLenUnicode;
 use hdf5::H5Type;
@@ -63,14 +64,19 @@ pub fn reseal(dir: &Path, groups: u32) {
         let file = format!("group-{g}.h5");
         let f = hdf5::File::open_rw(dir.join(&file)).unwrap();
         let ranks: u32 = f.attr(attr::ACCELERATORS).unwrap().read_scalar().unwrap();
+        let version: u32 = f.attr(attr::SCHEMA_VERSION).unwrap().read_scalar().unwrap();
+        let mut ends = vec![
+            reseal_carried::<EpochRow>(&f, &file, "epochs"),
+            end_of::<MonitorRow>(&f, &file, "monitor"),
+            end_of::<TraceRow>(&f, &file, "trace"),
+        ];
+        if version >= 7 {
+            ends.push(reseal_carried::<StepRow>(&f, &file, "steps"));
+        }
         chains.push(GroupChain {
             group: g,
             ranks,
-            chains: vec![
-                reseal_carried::<EpochRow>(&f, &file, "epochs"),
-                end_of::<MonitorRow>(&f, &file, "monitor"),
-                end_of::<TraceRow>(&f, &file, "trace"),
-            ],
+            chains: ends,
         });
     }
     let f = hdf5::File::open_rw(dir.join(PRIMARY_FILE)).unwrap();

@@ -5,7 +5,7 @@
 
 use std::time::Instant;
 
-use aiperf_records::schema::{EpochRow, TraceRow};
+use aiperf_records::schema::{EpochRow, StepRow, TraceRow};
 use aiperf_records::writer::GroupWriter;
 use mpi::collective::{CommunicatorCollectives, Root};
 use mpi::topology::SimpleCommunicator;
@@ -298,6 +298,15 @@ fn record_epoch<C: Communicator>(
         // Sealed into the group's chain by the writer.
         digest: [0; 32],
     };
+    let steps: Vec<StepRow> = (e.early_losses.iter().enumerate())
+        .map(|(step, &train_loss)| StepRow {
+            model_id: id.model_id,
+            step: step as u32,
+            train_loss,
+            digest: [0; 32],
+        })
+        .collect();
+    l.writer.append_steps(&steps)?;
     l.writer.append_epoch(&row)?;
     l.flush_monitor()?;
     Ok(row)

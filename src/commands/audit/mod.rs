@@ -12,7 +12,7 @@
 mod plan;
 mod retrain;
 
-use aiperf_records::audit::{self, Audit, AuditRow, SeedRow};
+use aiperf_records::audit::{self, Audit, AuditRow, AuditStepRow, SeedRow};
 use aiperf_records::platform::Fingerprint;
 use anyhow::bail;
 use mpi::traits::Communicator;
@@ -21,7 +21,8 @@ use super::{agree, init_mpi, Silent};
 use crate::cli::AuditArgs;
 use crate::cluster::transport::{all_gather_strings, broadcast_value};
 use crate::config::RecordedConfig;
-use plan::{Plan, Recorded};
+use plan::{Plan, Recorded, RecordedTrial};
+use retrain::TrialResult;
 
 /// An audit that ran and found re-trained epochs that differ from their records: `aiperf
 /// audit` exits 6 (the exit status `aiperf score` gives a run whose verified audit failed).
@@ -145,6 +146,23 @@ pub fn audit(args: AuditArgs) -> anyhow::Result<()> {
     finish(&args, &plan, &decision, threads, &recorded, &results)
 }
 
+/// Trial `t`'s early steps beside their re-training with the recorded seed (as many as it
+/// re-trained; a step the records lack is NaN).
+fn steps_beside(t: &plan::Planned, rec: &RecordedTrial, got: &TrialResult) -> Vec<AuditStepRow> {
+    let Some(first) = got.runs.first() else {
+        return Vec::new();
+    };
+    (first.early.iter().enumerate())
+        .map(|(i, &re)| AuditStepRow {
+            group: t.group,
+            model_id: t.model_id,
+            step: i as u32,
+            train_loss: [rec.steps.get(i).copied().unwrap_or(f64::NAN), re],
+            digest: [0; 32],
+        })
+        .collect()
+}
+
 /// Rank 0: sets records beside re-trainings, judges, writes `audit.h5`, prints the table
 /// and the audit digest; errs when the audit failed.
 fn finish(
@@ -153,13 +171,18 @@ fn finish(
     decision: &Decision,
     threads: usize,
     recorded: &Recorded,
-    results: &[(u32, Vec<Vec<audit::Retrained>>)],
+    results: &[TrialResult],
 ) -> anyhow::Result<()> {
     let mut rows: Vec<AuditRow> = Vec::new();
     let mut seed_rows: Vec<SeedRow> = Vec::new();
+    let mut step_rows: Vec<AuditStepRow> = Vec::new();
     let same = decision.mode == audit::Mode::Exact;
-    for ((t, (rec, secs)), (_, got)) in plan.trials.iter().zip(recorded).zip(results) {
-        for (k, run) in got.iter().enumerate() {
+    for ((t, rec), got) in plan.trials.iter().zip(recorded).zip(results) {
+        if plan.schema_version >= 7 && got.ranks == t.ranks {
+            step_rows.extend(steps_beside(t, rec, got));
+        }
+        let (rec, secs) = (&rec.rows, &rec.durations);
+        for (k, run) in got.runs.iter().map(|r| &r.epochs).enumerate() {
             for ((r, a), s) in rec.iter().zip(run).zip(secs) {
                 if k == 0 {
                     rows.push(audit::row(t.group, r, a, *s));
@@ -176,7 +199,7 @@ fn finish(
         sample_seed: plan.sample_seed,
         trials: plan.trials.len() as u32,
         epochs: args.epochs,
-        ranks: results.iter().map(|r| r.0).max().unwrap_or(0),
+        ranks: results.iter().map(|r| r.ranks).max().unwrap_or(0),
         threads: threads as u32,
         mode: decision.mode,
         mode_reason: decision.reason.clone(),
@@ -187,6 +210,7 @@ fn finish(
         verdict: String::new(),
         rows,
         seed_rows,
+        step_rows,
     };
     let judgement = audit::judge(&a);
     a.verdict = judgement.verdict.into();

@@ -52,9 +52,18 @@ pub(super) struct Plan {
     pub trials: Vec<Planned>,
 }
 
-/// What rank 0 keeps of the records to compare with: each planned trial's recorded epochs
-/// and their durations (seconds).
-pub(super) type Recorded = Vec<(Vec<EpochRow>, Vec<f64>)>;
+/// What rank 0 keeps of one planned trial's records to compare with.
+pub(super) struct RecordedTrial {
+    /// Its recorded epochs, up to those re-trained.
+    pub rows: Vec<EpochRow>,
+    /// Their durations, seconds.
+    pub durations: Vec<f64>,
+    /// Its early steps' recorded global training losses, in step order (schema 7).
+    pub steps: Vec<f64>,
+}
+
+/// Every planned trial's records, in plan order.
+pub(super) type Recorded = Vec<RecordedTrial>;
 
 /// Threads per rank the run recorded ("cpu (N threads)"), 1 for other devices.
 fn recorded_threads(devices: &[String]) -> usize {
@@ -156,7 +165,11 @@ pub(super) fn plan(args: &AuditArgs) -> anyhow::Result<(Plan, Recorded)> {
     let mut recorded = Vec::new();
     for (i, epochs) in picked {
         let (t, rows, start_s) = planned(&run, &config, i, epochs)?;
-        recorded.push((rows.clone(), durations(&rows, start_s)));
+        recorded.push(RecordedTrial {
+            durations: durations(&rows, start_s),
+            steps: early_steps(&run, &t),
+            rows,
+        });
         trials.push(t);
     }
     if trials.is_empty() {
@@ -216,6 +229,25 @@ fn planned(
         epochs,
     };
     Ok((p, rows[..epochs as usize].to_vec(), t.start_s))
+}
+
+/// Trial `t`'s recorded early steps: its group's step rows of its model, losses in step
+/// order; a step missing from the records is NaN.
+fn early_steps(run: &aiperf_records::Run, t: &Planned) -> Vec<f64> {
+    let Some(g) = run.groups.iter().find(|g| g.group == t.group) else {
+        return Vec::new();
+    };
+    let mine: Vec<_> = g
+        .steps
+        .iter()
+        .filter(|s| s.model_id == t.model_id)
+        .collect();
+    let n = mine.iter().map(|s| s.step as usize + 1).max().unwrap_or(0);
+    let mut out = vec![f64::NAN; n];
+    for s in mine {
+        out[s.step as usize] = s.train_loss;
+    }
+    out
 }
 
 /// The packs the audit will read, against the run's recorded identity: other data is the

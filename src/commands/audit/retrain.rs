@@ -65,14 +65,32 @@ pub(super) fn trainer(
     })
 }
 
+/// One re-training of a trial: what each epoch gave, and its early steps' global training
+/// losses.
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(super) struct Retraining {
+    /// Each re-trained epoch.
+    pub epochs: Vec<Retrained>,
+    /// The first epoch's early steps.
+    pub early: Vec<f64>,
+}
+
+/// One planned trial's re-trainings, on rank 0.
+pub(super) struct TrialResult {
+    /// Training ranks used.
+    pub ranks: u32,
+    /// Every re-training (the recorded seed first).
+    pub runs: Vec<Retraining>,
+}
+
 /// Trains `t` again with `seed` on `comm`; what each epoch gave, with its duration (epoch
-/// 1's from the trial's start, as the records time it).
+/// 1's from the trial's start, as the records time it), and the early steps.
 fn retrain(
     comm: &SimpleCommunicator,
     trainer: &RealTrainer,
     t: &Planned,
     seed: u64,
-) -> anyhow::Result<Vec<Retrained>> {
+) -> anyhow::Result<Retraining> {
     let size = comm.size() as u32;
     let global = t.batch_size * t.ranks;
     if !global.is_multiple_of(size) {
@@ -94,12 +112,15 @@ fn retrain(
     };
     let mut since = Instant::now();
     let mut run = trainer.start(comm, &spec, 0)?;
-    let mut out = Vec::new();
+    let mut out = Retraining::default();
     for epoch in 1..=t.epochs {
         let e = run.epoch(epoch, &|| false)?;
+        if epoch == 1 {
+            out.early = e.early_losses.clone();
+        }
         let ops = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
         let f = e.figures;
-        out.push(Retrained {
+        out.epochs.push(Retrained {
             figures: f,
             train_ops: ops(count.train_epoch(f.train_images, f.steps)),
             val_ops: ops(count.eval_epoch(f.val_images)),
@@ -124,7 +145,7 @@ fn from_leader(world: &SimpleCommunicator, leader: i32) -> anyhow::Result<Vec<u8
 }
 
 /// Every planned trial re-trained `seeds` times (seed `k` from [`seed_of`]) on the training
-/// ranks `trainers`; on rank 0, per trial, the ranks used and each re-training's epochs.
+/// ranks `trainers`; on rank 0, per trial, the ranks used and each re-training.
 pub(super) fn all(
     world: &SimpleCommunicator,
     plan: &Plan,
@@ -132,7 +153,7 @@ pub(super) fn all(
     trainers: &[usize],
     seeds: u32,
     same_seed: bool,
-) -> anyhow::Result<Vec<(u32, Vec<Vec<Retrained>>)>> {
+) -> anyhow::Result<Vec<TrialResult>> {
     let rank = world.rank() as usize;
     let mut results = Vec::new();
     for t in &plan.trials {
@@ -144,7 +165,7 @@ pub(super) fn all(
         };
         let comm = world.split_by_color(color);
         let leader = used[0] as i32;
-        let mut mine: Vec<Vec<Retrained>> = Vec::new();
+        let mut mine: Vec<Retraining> = Vec::new();
         if let (Some(c), Some(tr)) = (&comm, trainer) {
             for k in 0..seeds {
                 match retrain(c, tr, t, seed_of(t.seed, k, same_seed)) {
@@ -165,11 +186,14 @@ pub(super) fn all(
                 mine
             } else {
                 let bytes = from_leader(world, leader)?;
-                let (v, _): (Vec<Vec<Retrained>>, usize) =
+                let (v, _): (Vec<Retraining>, usize) =
                     bincode::serde::decode_from_slice(&bytes, bincode::config::standard())?;
                 v
             };
-            results.push((used.len() as u32, got));
+            results.push(TrialResult {
+                ranks: used.len() as u32,
+                runs: got,
+            });
         }
     }
     Ok(results)
