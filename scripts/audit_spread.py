@@ -2,7 +2,8 @@
 """Tabulates audits for scripts/bench-audit-spread: per audited folder, value and epoch, the
 recorded figure, its re-training with the same seed on the auditing platform, the spread over
 the other seeds, and the ratio |recorded − same seed| / spread — how far another platform moves
-a trial compared with another seed. Then the audit's own verdict, pooled spreads and power.
+a trial compared with another seed. Then the audit's own verdict, spreads by epoch, combined
+tests, power and early steps.
 
     python3 scripts/audit_spread.py AUDITED_DIR...
 """
@@ -40,7 +41,7 @@ def main(dirs):
                   f" max {max(ratios[k]):.2f}")
         text = (d.parent / f"{d.name}.txt").read_text()
         for line in text.splitlines():
-            if line.strip().startswith(("statistic", "power", "mode", "verdict")) or "pooled spread" in line:
+            if line.strip().startswith(("statistic", "power", "mode", "verdict", "early steps")) or "combined:" in line:
                 print("  audit:" + line)
     return 0
 
