@@ -27,10 +27,12 @@ use crate::writer::{write_attr, write_text_attr};
 
 pub mod judge;
 mod read;
+mod sample;
 mod stats;
 
 pub use judge::{judge, Judgement};
-pub use read::{read, summary, AuditRecord, AuditSummary};
+pub use read::{read, summary, summary_for, AuditRecord, AuditSummary};
+pub use sample::{against_records, best_trial};
 
 /// The audit's file, in the run's folder.
 pub const AUDIT_FILE: &str = "audit.h5";

@@ -384,8 +384,8 @@ fn assemble(run: &Run, counted: &[&EpochRow], duration_s: f64, m: Measured) -> S
     let t_end = run.info.start_time_s + duration_s;
     let (allreduce_bytes_per_s, allreduce_epoch_bytes_per_s) = exchange(run, t_end);
     let trials_with = |s: TrialStatus| run.trials.iter().filter(|t| t.status == s).count();
-    let audit = crate::audit::summary(
-        &run.dir,
+    let audit = crate::audit::summary_for(
+        run,
         m.integrity.run_digest.as_deref(),
         m.audit_digest.as_ref(),
     );

@@ -615,3 +615,51 @@ fn the_exit_status_tells_valid_unofficial_invalid_altered_audit_failed_and_error
     assert_eq!(code(&audited.path().join("nope"), &[]), Some(1));
     assert_eq!(code(audited.path(), &["--no-such-flag"]), Some(2));
 }
+
+/// An audit is checked against the records it names: its rows must be the sample its draw
+/// gives these records (with the best trial) and show the records' own figures. The
+/// committed `make run` set's audit passes; the same audit rewritten without one trial, or
+/// showing another figure as recorded, and resealed, is not theirs.
+#[test]
+fn an_audit_whose_sample_or_recorded_figures_are_not_the_records_is_not_trusted() {
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../results/run-1796354114");
+    let run = read_run(&committed).unwrap();
+    let digest = aiperf_records::integrity::check(&run, None).run_digest;
+    let s = aiperf_records::audit::summary_for(&run, digest.as_deref(), None).unwrap();
+    assert!(s.problems.is_empty(), "{:?}", s.problems);
+    let original = aiperf_records::audit::read(&committed, digest.as_deref())
+        .unwrap()
+        .unwrap()
+        .audit;
+    let rewritten = |edit: &dyn Fn(&mut aiperf_records::audit::Audit)| {
+        let tmp = tempfile::tempdir().unwrap();
+        for f in ["primary.h5", "group-0.h5"] {
+            std::fs::copy(committed.join(f), tmp.path().join(f)).unwrap();
+        }
+        let mut a = original.clone();
+        edit(&mut a);
+        a.verdict = aiperf_records::audit::judge(&a).verdict.into();
+        a.write(&tmp.path().join("audit.h5")).unwrap();
+        let run = read_run(tmp.path()).unwrap();
+        let s = aiperf_records::audit::summary_for(&run, digest.as_deref(), None).unwrap();
+        (s.verdict, s.problems.join("\n"))
+    };
+    let (verdict, why) = rewritten(&|a| {
+        let last = a.rows.last().unwrap().model_id;
+        a.rows.retain(|r| r.model_id != last);
+    });
+    assert_eq!(verdict, "NOT TRUSTED");
+    assert!(
+        why.contains("which are not the sample its draw gives these records"),
+        "{why}"
+    );
+    let (verdict, why) = rewritten(&|a| a.rows[0].val_accuracy[0] += 0.01);
+    assert_eq!(verdict, "NOT TRUSTED");
+    assert!(
+        why.contains("its recorded figures are not the records' epoch row"),
+        "{why}"
+    );
+    let (verdict, why) = rewritten(&|a| a.sample_seed ^= 1);
+    assert_eq!(verdict, "NOT TRUSTED");
+    assert!(why.contains("is not the one its draw"), "{why}");
+}

@@ -201,6 +201,25 @@ pub fn summary(
     run_digest: Option<&str>,
     audit_digest: Option<&Digest>,
 ) -> Option<AuditSummary> {
+    summarise(dir, None, run_digest, audit_digest)
+}
+
+/// [`summary`] of the audit beside `run`'s records, also held against their trials and
+/// figures ([`super::against_records`]): what `aiperf score` shows.
+pub fn summary_for(
+    run: &crate::reader::Run,
+    run_digest: Option<&str>,
+    audit_digest: Option<&Digest>,
+) -> Option<AuditSummary> {
+    summarise(&run.dir, Some(run), run_digest, audit_digest)
+}
+
+fn summarise(
+    dir: &Path,
+    run: Option<&crate::reader::Run>,
+    run_digest: Option<&str>,
+    audit_digest: Option<&Digest>,
+) -> Option<AuditSummary> {
     let empty = |problems: Vec<String>| AuditSummary {
         verdict: "NOT TRUSTED".into(),
         checked: audit_digest.is_some(),
@@ -234,6 +253,9 @@ pub fn summary(
         Err(e) => Some(empty(vec![e.to_string()])),
         Ok(Some(r)) => {
             let mut problems = r.problems;
+            if let Some(run) = run.filter(|_| problems.is_empty()) {
+                problems.extend(super::against_records(&r.audit, run));
+            }
             let verified = audit_digest.is_some_and(|d| digest::hex(d) == r.audit_digest);
             if audit_digest.is_some() && !verified {
                 problems.push(format!(

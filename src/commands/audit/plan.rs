@@ -98,20 +98,6 @@ fn durations(rows: &[EpochRow], start_s: f64) -> Vec<f64> {
         .collect()
 }
 
-/// The trial holding the best validation accuracy and the first epoch that reached it.
-fn best_trial(run: &aiperf_records::Run) -> Option<(usize, u32)> {
-    let mut best: Option<(usize, u32, f64)> = None;
-    for (i, t) in run.trials.iter().enumerate() {
-        let g = run.groups.iter().find(|g| g.group == t.group)?;
-        for e in g.epochs.iter().filter(|e| e.model_id == t.model_id) {
-            if best.is_none_or(|(_, _, a)| e.val_accuracy > a) {
-                best = Some((i, e.epoch, e.val_accuracy));
-            }
-        }
-    }
-    best.map(|(i, e, _)| (i, e))
-}
-
 /// Rank 0: the sealed records, the sample and every sampled trial's recorded epochs.
 pub(super) fn plan(args: &AuditArgs) -> anyhow::Result<(Plan, Recorded)> {
     let dir = &args.dir;
@@ -154,7 +140,7 @@ pub(super) fn plan(args: &AuditArgs) -> anyhow::Result<(Plan, Recorded)> {
         .into_iter()
         .map(|i| (i, args.epochs))
         .collect();
-    if let Some((i, epoch)) = best_trial(&run) {
+    if let Some((i, epoch)) = audit::best_trial(&run) {
         match picked.iter_mut().find(|p| p.0 == i) {
             Some(p) => p.1 = p.1.max(epoch),
             None => picked.push((i, epoch)),
