@@ -10,10 +10,15 @@ use crate::platform::{Fingerprint, PlatformEntry};
 use crate::reader::Run;
 
 /// Precisions a processor computes natively, as the run decides at start-up: fp32 always,
-/// bf16 with AMX or AVX-512-BF16.
+/// bf16 with AMX, AVX-512-BF16 or Arm's BF16, or where the recorded pins force it
+/// (`AIPERF_NATIVE_BF16`, a test switch the platform records).
 fn cpu_native(f: &Fingerprint) -> Vec<&'static str> {
     let has = |x: &str| f.cpu_features.iter().any(|g| g == x);
-    if has("amx_bf16") || has("avx512_bf16") {
+    let forced = f.pins.get("AIPERF_NATIVE_BF16").map(String::as_str);
+    if forced == Some("1")
+        || (forced.is_none()
+            && (has("amx_bf16") || has("avx512_bf16") || (has("bf16") && has("asimd"))))
+    {
         vec!["bf16", "fp32"]
     } else {
         vec!["fp32"]
