@@ -432,8 +432,8 @@ pub fn steps_line(s: &crate::audit::judge::Steps) -> String {
         );
     }
     format!(
-        "{} step(s) of {} trial(s); largest relative gap of a judged step (the first 2 of each trial) {:.2e}, tolerance {:.0e}",
-        s.compared, s.trials, s.largest_gap, s.tolerance
+        "{} step(s) of {} trial(s); largest relative gap of a judged step (the first {} of each trial) {:.2e}, tolerance {:.0e}",
+        s.compared, s.trials, crate::audit::judge::STEPS_JUDGED, s.largest_gap, s.tolerance
     )
 }
 

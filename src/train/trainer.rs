@@ -417,12 +417,15 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
         let reducing = Instant::now();
         self.comm
             .all_reduce_into(&local[..], &mut total[..], SystemOperation::sum());
-        stats.early_losses = vec![0f64; early_losses.len()];
-        self.comm.all_reduce_into(
-            &early_losses[..],
-            &mut stats.early_losses[..],
-            SystemOperation::sum(),
-        );
+        // Epoch 1 alone has early steps, as many on every rank: no empty collective after.
+        if !early_losses.is_empty() {
+            stats.early_losses = vec![0f64; early_losses.len()];
+            self.comm.all_reduce_into(
+                &early_losses[..],
+                &mut stats.early_losses[..],
+                SystemOperation::sum(),
+            );
+        }
         stats.allreduce_s += reducing.elapsed().as_secs_f64();
         // Optimizer steps (fp16 skips the updates of overflowing steps; their images were
         // still trained forward and backward).
