@@ -14,7 +14,7 @@ fn done(_: ()) -> ExitCode {
 /// The status of a rank other than 0 whose failure rank 0 reports: success, since rank 0
 /// fails too and the launcher (`mpirun`, `srun`) passes on its status. A non-zero status
 /// here would make `mpirun` kill the job at once, rank 0 with it, often before rank 0 has
-/// printed why (issue 23's "said once" lost its message that way under load).
+/// printed why (an error said once, by rank 0 alone, is lost that way under load).
 fn deferred() -> ExitCode {
     ExitCode::SUCCESS
 }

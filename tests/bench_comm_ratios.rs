@@ -1,4 +1,4 @@
-//! `scripts/bench_comm_ratios.py`, bench-comm's tables (issue 24): the exchange against the
+//! `scripts/bench_comm_ratios.py`, bench-comm's tables: the exchange against the
 //! best raw call both as a ratio of the rounds' medians and paired operation by operation
 //! over every round, from comm-bench records written here with known times.
 

@@ -443,8 +443,7 @@ fn regression_data_check_crop_flip_padding_beyond_the_images_is_an_error() {
     );
 }
 
-/// Issue 23: `data-check --split test` says which splits there are, with clap's usage
-/// status 2.
+/// `data-check --split test` says which splits there are, with clap's usage status 2.
 #[test]
 fn regression_data_check_names_the_splits_it_knows() {
     let tmp = tempfile::tempdir().unwrap();
@@ -462,12 +461,12 @@ fn regression_data_check_names_the_splits_it_knows() {
     );
 }
 
-/// Issue 23: one message per mistake under a launcher — clap's parse errors, and the range
+/// One message per mistake under a launcher — clap's parse errors, and the range
 /// errors of the MPI tools, are printed by rank 0 alone, with clap's exit status 2.
 ///
-/// Regression (CI, 2026-12-03): the other ranks exited 2 at once, `mpirun` killed the job,
-/// and rank 0 died before printing. Here rank 0 starts late (a wrapper sleeps first), so a
-/// rank that fails the job before rank 0 has spoken loses the message every time.
+/// The failure guarded against: the other ranks exit 2 at once, `mpirun` kills the job, and
+/// rank 0 dies before printing. Here rank 0 starts late (a wrapper sleeps first), so a rank
+/// that fails the job before rank 0 has spoken would lose the message every time.
 #[test]
 fn regression_parse_and_range_errors_are_printed_once_under_mpirun() {
     let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");

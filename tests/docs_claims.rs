@@ -1,10 +1,11 @@
-//! The pages speak to users and say only what is true: no development history in any page;
-//! the design they cite is the repository's own `docs/design.md`, by sections it has; claims
-//! once found false (a precision the flag refuses, a data folder `aiperf run` never reads, a
-//! section in the wrong page, an audit mode the code does not pick, …) cannot come back —
-//! each check is shown to catch the false sentence it guards against; one flag name per
-//! setting across subcommands; the centre's troubleshooting table quotes messages the code
-//! really prints; and the reviewers' static scorer builds without the benchmark's set-up.
+//! The pages speak to users and say only what is true: no development history in any page,
+//! and no issue number or borrowed machine in any file of the repository; the design they
+//! cite is the repository's own `docs/design.md`, by sections it has; claims once found
+//! false (a precision the flag refuses, a data folder `aiperf run` never reads, a section
+//! in the wrong page, an audit mode the code does not pick, …) cannot come back — each
+//! check is shown to catch the false sentence it guards against; one flag name per setting
+//! across subcommands; the centre's troubleshooting table quotes messages the code really
+//! prints; and the reviewers' static scorer builds without the benchmark's set-up.
 
 #[path = "common/markdown.rs"]
 mod markdown;
@@ -21,7 +22,7 @@ const HISTORY: &[(&str, &str)] = &[
         r"(?i)\bthis VM\b",
         "\"this VM\" (describe the machine: CPU model, cores)",
     ),
-    (r"(?i)\blent\b", "a lent machine"),
+    (r"(?i)\blent\b", "a machine on loan"),
     (r"(?i)\bdevice calls?\b", "a device call"),
     (
         r"(?i)\b(this|a|the|each|every|later|earlier|previous|next) session\b",
@@ -75,18 +76,136 @@ fn no_page_carries_development_history() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// Words this file forbids, assembled at run time so that the file does not carry them.
+fn forbidden_words() -> [String; 2] {
+    [["iss", "ue"].concat(), ["le", "nt"].concat()]
+}
+
 #[test]
 fn the_history_check_catches_what_the_pages_once_said() {
+    let [issue, lent] = forbidden_words();
+    let mut caught = Vec::new();
     for old in [
-        "spends lines on the lent H200 and device calls carrying target/gpu-carry",
-        "measured on this VM (issue 24, 2026-12-02)",
-        "The design is in `../shared/DESIGN.md` (sections 4–6 are contracts).",
-        "the last bucket on the step's own thread (`a273461`, `32ecb29`)",
-        "no device was lent this session",
+        format!("spends lines on the {lent} H200 and device calls carrying target/gpu-carry"),
+        format!("measured on this VM ({issue} 24, 2026-12-02)"),
+        "The design is in `../shared/DESIGN.md` (sections 4–6 are contracts).".into(),
+        "the last bucket on the step's own thread (`a273461`, `32ecb29`)".into(),
+        format!("no device was {lent} this session"),
     ] {
-        assert!(!history_in(old).is_empty(), "not caught: {old}");
+        let found = history_in(&old);
+        assert!(!found.is_empty(), "not caught: {old}");
+        caught.extend(found);
+    }
+    // Each word of history is shown to catch one of the sentences.
+    for (_, why) in HISTORY {
+        assert!(
+            caught.iter().any(|c| c.starts_with(&format!("{why}: "))),
+            "no sentence shows the check for {why}"
+        );
     }
     assert!(history_in("run digest sealed; 2 ranks per node; ResNet-50 at 224x224").is_empty());
+}
+
+/// Development history as it shows in any file, code and scripts included: an issue's number
+/// (`#` and plural too) or the borrowed machine a measurement was made on.
+fn history_pattern() -> Regex {
+    let [issue, lent] = forbidden_words();
+    Regex::new(&format!(
+        r"(?i)\b{issue}s? ?#?[0-9]+|\b{lent} (h200|machine)"
+    ))
+    .unwrap()
+}
+
+/// The repository's files: those git tracks and those it would add (not ignored); outside a
+/// git checkout, every file but build outputs, data and run records.
+fn repository_files() -> Vec<String> {
+    let listed = std::process::Command::new("git")
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|out| out.status.success());
+    match listed {
+        Some(out) => {
+            let mut files: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .split('\0')
+                .filter(|f| !f.is_empty())
+                .map(String::from)
+                .collect();
+            files.sort();
+            files.dedup();
+            files
+        }
+        None => markdown::files(&["target", "data", ".git", "results"])
+            .into_iter()
+            .map(|p| p.strip_prefix(root()).unwrap().display().to_string())
+            .filter(|f| {
+                !f.split('/')
+                    .any(|c| c.starts_with(".venv") || c == "__pycache__")
+            })
+            .chain(std::iter::once("results/README.md".to_string()))
+            .collect(),
+    }
+}
+
+/// `file:line: text` for every line of a text file that matches `re` (binary files and
+/// anything that is not UTF-8 are skipped).
+fn lines_matching(re: &Regex, files: &[String]) -> Vec<String> {
+    let binary = [".h5", ".png", ".svg", ".jpg", ".gz", ".xz"];
+    let mut found = Vec::new();
+    for file in files {
+        if binary.iter().any(|ext| file.ends_with(*ext)) {
+            continue;
+        }
+        // Deleted from the working tree but still tracked, a submodule, or not text.
+        let Ok(bytes) = std::fs::read(root().join(file)) else {
+            continue;
+        };
+        let Ok(text) = String::from_utf8(bytes) else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            if re.is_match(line) {
+                found.push(format!("{file}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_file_of_the_repository_carries_development_history() {
+    let re = history_pattern();
+    let [issue, lent] = forbidden_words();
+    for old in [
+        format!("//! Physical consistency (rules-4, {issue} 22): records edited"),
+        format!("/// {}: one message per mistake", ["Iss", "ue 23"].concat()),
+        format!("# Loader benchmark ({issue}s 2 and 16): aiperf's loader"),
+        format!("fixed in {} #7", issue.to_uppercase()),
+        format!("(default 2.11.0, the {lent} H200's torch 2.11.0+cu130)"),
+        format!("is checked on a {lent} machine"),
+    ] {
+        assert!(re.is_match(&old), "not caught: {old}");
+    }
+    assert!(!re.is_match(&format!("a si{lent} machine, and 12 {issue}s named by row")));
+    let files = repository_files();
+    assert!(
+        files.iter().any(|f| f == "tests/docs_claims.rs") && files.len() > 100,
+        "the repository's files were not listed: {} found",
+        files.len()
+    );
+    let found = lines_matching(&re, &files);
+    assert!(
+        found.is_empty(),
+        "development history (say what the code does instead):\n{}",
+        found.join("\n")
+    );
 }
 
 /// Every text file of the repository that code, help texts or docs are written in.

@@ -1,9 +1,9 @@
-//! `scripts/gpu-check` rehearsed on the CPU (`CPU_OK=1`) against this build: every step runs
-//! (doctor, three dp-checks, the data, a scored run, the three trainers, augmentation on
-//! both sides), the checks pass, the GPU-only ones say so instead of passing, and the
-//! figures file holds what the GPU table of docs/centre.md is filled from. It also refuses to start
-//! without a GPU unless asked, and refuses a bundle built for another torch. The GPU itself
-//! is checked on a lent machine (docs/centre.md, "On a GPU").
+//! `scripts/gpu-check` rehearsed on the CPU (`CPU_OK=1`) against this build: every step
+//! runs (doctor, three dp-checks, the data, a scored run, the three trainers, augmentation
+//! on both sides), the checks pass, the GPU-only ones say so instead of passing, and the
+//! figures file holds what the GPU table of docs/centre.md is filled from. It also refuses
+//! to start without a GPU unless asked, and refuses a bundle built for another torch. The
+//! GPU itself is checked on a GPU node (docs/centre.md, "On a GPU").
 //!
 //! Needs `AIPERF_TORCH_PYTHON` (a Python with torch) and `AIPERF_BENCH_TRAIN_BIN` (the
 //! built benches/trainer.rs); `make test` sets both.

@@ -225,7 +225,7 @@ fn cuda_without_a_device_fails_on_every_rank_with_the_reason() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     let host = aiperf::cluster::bootstrap::host_name();
-    // Said once, naming every rank that found it (issue 23).
+    // Said once, naming every rank that found it.
     let said = format!("ranks 0, 1 on {host}: --device cuda: libtorch sees no CUDA device");
     assert_eq!(err.matches(&said).count(), 1, "{err}");
     assert_eq!(err.matches("aiperf: error:").count(), 1, "{err}");
@@ -241,7 +241,7 @@ fn the_report_names_the_device() {
 }
 
 /// OpenMPI 4's `coll_han`, once given a priority, crashes on in-place all-reduces above
-/// 64 KiB (issue 24). Enabled here as a centre would (`OMPI_MCA_coll_han_priority`), every
+/// 64 KiB. Enabled here as a centre would (`OMPI_MCA_coll_han_priority`), every
 /// command that exchanges refuses it once, naming the fix, before any collective runs.
 /// Without the guard, the same comm-bench of 128 KiB in-place reductions across two
 /// virtual-cluster nodes died of SIGSEGV (rank 3 on node2, signal 11); on one node, as

@@ -167,7 +167,7 @@ fn traced_steps_export_as_a_chrome_trace_with_every_ranks_spans() {
             assert!(mine.iter().all(|e| e["args"]["step"].as_u64().unwrap() < 3));
             assert!(mine.iter().all(|e| e["ts"].as_f64().unwrap() > -1e6));
             assert!(mine.iter().all(|e| e["dur"].as_f64().unwrap() >= 0.0));
-            // The exchange overlaps backward (issue 24): buckets' reductions start before
+            // The exchange overlaps backward: buckets' reductions start before
             // their step's forward+backward ends (asked of one step at least: a starved
             // communication thread on a busy machine may start late in some).
             let at = |e: &serde_json::Value, k: &str| e[k].as_f64().unwrap();

@@ -479,7 +479,7 @@ fn regression_a_configuration_error_is_printed_once_not_per_rank() {
     assert_eq!(err.matches("--status-interval").count(), 1, "{err}");
 }
 
-/// Issue 23: `--results` naming a folder that holds a run's records is refused before
+/// `--results` naming a folder that holds a run's records is refused before
 /// anything is written — once, by rank 0, naming the folder and the way on — and the records
 /// stay as they were.
 #[test]
@@ -520,10 +520,10 @@ fn regression_results_holding_a_run_are_never_overwritten() {
     assert_eq!(std::fs::read(dir.join("group-0.h5")).unwrap(), before);
 }
 
-/// Issue 23: a group's members see the leader's stop at the deadline within one step, with
+/// A group's members see the leader's stop at the deadline within one step, with
 /// the simulated trainer too. Here one simulated epoch lasts days (a 1024×1024 input at
-/// 10⁹ ops/s); before the fix the member slept through it while the leader waited for it,
-/// and the job hung until killed.
+/// 10⁹ ops/s); a member that slept through it while the leader waited for it would hang the
+/// job until killed.
 #[test]
 fn regression_members_of_a_simulated_group_stop_at_the_deadline() {
     let _turn = shared();

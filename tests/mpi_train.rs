@@ -131,7 +131,7 @@ fn check_records(dir: &Path, ranks: u64, train: u64, val: u64) -> usize {
             assert_eq!(kinds, [0, 1, 2, 3].into(), "group {} rank {rank}", g.group);
         }
         assert!(g.trace.iter().all(|t| t.step < 2 && t.end_s >= t.start_s));
-        // The exchange overlaps with backward (issue 24): on every rank, some step has a
+        // The exchange overlaps with backward: on every rank, some step has a
         // bucket's reduction starting before its forward+backward span ends (asked of one
         // step at least: a starved communication thread may start late in others).
         for rank in 0..ranks as u32 {
@@ -199,7 +199,7 @@ fn real_training_under_mpirun_with_groups_of_two_and_three_ranks() {
         .concat();
         let (out, err) = run(np, &data, &results, &flags);
         assert!(out.contains("score (sustained)"), "{out}");
-        // An info line every trainer would log alike appears once (issue 23).
+        // An info line every trainer would log alike appears once.
         assert_eq!(err.matches("gradient exchange on").count(), 1, "{err}");
         assert!(
             err.contains(&format!("bit-identical on all {ranks} ranks")),
@@ -440,8 +440,8 @@ fn regression_one_rank_groups_exchange_no_bytes() {
     );
 }
 
-/// Issue 23: counts beyond the pack, a validation crop that cannot fit and a `--results`
-/// that is a file are refused before the run starts, once, without a resume hint.
+/// Counts beyond the pack, a validation crop that cannot fit and a `--results` that is a
+/// file are refused before the run starts, once, without a resume hint.
 #[test]
 fn regression_what_the_data_and_the_folder_cannot_give_is_refused_before_the_run() {
     let tmp = tempfile::tempdir().unwrap();

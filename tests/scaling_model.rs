@@ -1,4 +1,4 @@
-//! `scripts/scaling-model` (issue 24): the α–β model fitted to a recorded comm-bench (4
+//! `scripts/scaling-model`: the α–β model fitted to a recorded comm-bench (4
 //! virtual-cluster nodes × 2 ranks, 10 Gbit/s links; `tests/data/`) reproduces every
 //! measured size from 64 KiB within the error it states, and its prediction for 8–512
 //! nodes behaves as a model of a ring must.

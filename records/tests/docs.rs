@@ -1,4 +1,4 @@
-//! results/README.md is the contract another scorer is written from (issue 22): its
+//! results/README.md is the contract another scorer is written from: its
 //! compound layouts (members, order, offsets) and its table of sealed attributes (names,
 //! order) must be the schema's own, so this test reads them back from the page.
 

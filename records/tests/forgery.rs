@@ -1,4 +1,4 @@
-//! Physical consistency (rules-4, issue 22): records edited as a dishonest submitter would,
+//! Physical consistency (rules-4): records edited as a dishonest submitter would,
 //! every chain and the run digest resealed, are refused by what the records say of each
 //! other — no digest from a job log needed — each reason naming the row.
 
@@ -38,7 +38,7 @@ fn honest_fixtures_pass_every_consistency_rule() {
     assert!(aiperf_records::consistency::check(&run, 0.0).is_empty());
 }
 
-/// The issue's case: a Fashion-MNIST run's records rewritten to the official configuration,
+/// A relabelled run: a Fashion-MNIST run's records rewritten to the official configuration,
 /// dataset identity and search record, its start moved back an hour, all resealed.
 #[test]
 fn a_small_run_relabelled_as_official_is_invalid_naming_the_rows() {

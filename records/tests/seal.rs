@@ -1,4 +1,4 @@
-//! Schema 3's seal, tested by enumeration (issue 22): for every attribute, dataset and
+//! Schema 3's seal, tested by enumeration: for every attribute, dataset and
 //! field of the schema, an edit followed by a complete, correct reseal of every chain — what
 //! a forger who read `results/README.md` can do — leaves records that verify as intact but
 //! whose run digest is not the one the job logged, so `--digest` catches it. The lists come

@@ -1,4 +1,4 @@
-//! The reviewer's one-file scorer (issue 23): `make score-static` builds `aiperf-score`
+//! The reviewer's one-file scorer: `make score-static` builds `aiperf-score`
 //! statically linked with HDF5 built in. Here it runs in a root that holds nothing but
 //! itself and record sets (a chroot: no loader, no libraries, no /proc), and every output
 //! and exit status equals the normal build's on the same records.

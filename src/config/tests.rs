@@ -445,8 +445,8 @@ fn auto_augmentation_follows_the_device() {
     assert_eq!(AugmentOn::Device.output(Device::Cpu), Output::Device);
 }
 
-/// Issue 23: a preset file and the flags go through one validation: what the flags refuse,
-/// a preset file refuses too, naming the field (the corpus's four cases first).
+/// A preset file and the flags go through one validation: what the flags refuse, a preset
+/// file refuses too, naming the field (the corpus's four cases first).
 #[test]
 fn regression_preset_files_are_refused_what_the_flags_refuse() {
     let tmp = tempfile::tempdir().unwrap();

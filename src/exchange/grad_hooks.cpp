@@ -1,4 +1,4 @@
-// Autograd hooks for the exchange's overlap with backward (issue 24): tch does not expose
+// Autograd hooks for the exchange's overlap with backward: tch does not expose
 // them, so this shim, compiled by build.rs against the libtorch headers torch-sys uses,
 // adds to each parameter's gradient accumulator a post hook — DDP's reducer does the same —
 // that tells Rust "parameter i's gradient is complete" the moment autograd has accumulated

@@ -9,9 +9,8 @@ use std::process::Command;
 
 use crate::common::{output, write_noisy_split};
 
-/// The kernel pins that emulate another processor: AVX2 where this one has AVX-512 (as the
-/// issue's measurement did), else the generic level; either way a fingerprint unlike the
-/// native one.
+/// The kernel pins that emulate another processor: AVX2 where this one has AVX-512, else
+/// the generic level; either way a fingerprint unlike the native one.
 pub const PINS_AVX2: [(&str, &str); 3] = [
     ("ATEN_CPU_CAPABILITY", "avx2"),
     ("ONEDNN_MAX_CPU_ISA", "AVX2"),

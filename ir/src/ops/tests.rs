@@ -174,8 +174,8 @@ fn regression_huge_input_is_an_error_not_a_wrapped_count() {
 }
 
 /// A max-pool between the input and the first conv does not give that conv an input
-/// gradient: only a trainable layer upstream does (checked against PyTorch's
-/// FlopCounterMode by the reporter; the search never produces this graph).
+/// gradient: only a trainable layer upstream does (as PyTorch's FlopCounterMode counts it;
+/// the search never produces this graph).
 #[test]
 fn a_conv_behind_a_pool_on_the_input_has_no_input_gradient() {
     let mut g = Graph::default();
