@@ -19,7 +19,6 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::write::StagedPack;
 use super::{Header, Pack};
 use crate::error::{PrepError, Result};
 
@@ -272,6 +271,71 @@ fn sync_dirs(pairs: &[(PathBuf, PathBuf)]) {
         };
         if let Ok(d) = fs::File::open(dir) {
             let _ = d.sync_all();
+        }
+    }
+}
+
+/// A split whose file is complete and synced under its temporary name, not yet renamed into
+/// place. Dropped uncommitted, it removes the temporary file.
+#[must_use = "a staged pack is removed unless committed"]
+#[derive(Debug)]
+pub struct StagedPack {
+    path: PathBuf,
+    tmp_path: Option<PathBuf>,
+    file_len: u64,
+    header: Header,
+}
+
+impl StagedPack {
+    /// The pack complete and synced at `tmp_path`, `file_len` bytes, bound for `path`.
+    pub(super) fn new(path: PathBuf, tmp_path: PathBuf, file_len: u64, header: Header) -> Self {
+        StagedPack {
+            path,
+            tmp_path: Some(tmp_path),
+            file_len,
+            header,
+        }
+    }
+
+    /// The header written into the file.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// Where the file goes when committed.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Puts the file into place as [`commit_all`] does (checked complete, the target checked
+    /// replaceable, the earlier file restored on failure); returns its header.
+    pub fn commit(self) -> Result<Header> {
+        let mut headers = commit_all(vec![self])?;
+        Ok(headers.remove(0))
+    }
+
+    /// The temporary file, until committed.
+    fn tmp_path(&self) -> Option<&Path> {
+        self.tmp_path.as_deref()
+    }
+
+    /// Bytes the complete file has.
+    fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Records that the file was renamed into place (so dropping it removes nothing);
+    /// returns its header.
+    fn mark_committed(&mut self) -> Header {
+        self.tmp_path = None;
+        self.header.clone()
+    }
+}
+
+impl Drop for StagedPack {
+    fn drop(&mut self) {
+        if let Some(tmp) = self.tmp_path.take() {
+            let _ = fs::remove_file(tmp);
         }
     }
 }

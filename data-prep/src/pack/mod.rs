@@ -27,9 +27,9 @@ pub mod commit;
 pub mod read;
 pub mod write;
 
-pub use commit::{check_targets, commit_all};
+pub use commit::{check_targets, commit_all, StagedPack};
 pub use read::Pack;
-pub use write::{PackWriter, StagedPack};
+pub use write::PackWriter;
 
 /// The 8 magic bytes that open every packed file.
 pub const MAGIC: &[u8; 8] = b"AIPERFPK";

@@ -1,14 +1,15 @@
 //! Writing packs: [`PackWriter`] streams one split into a temporary file beside its target;
 //! finishing it yields a [`StagedPack`], complete and synced but still under its temporary
 //! name, which [`StagedPack::commit`] puts into place. A converter that writes several
-//! splits stages them all and replaces them together with [`commit_all`]: a failure in any
-//! split, or in replacing any target, leaves the earlier dataset as it was.
+//! splits stages them all and replaces them together with
+//! [`commit_all`](super::commit_all): a failure in any split, or in replacing any target,
+//! leaves the earlier dataset as it was.
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use super::commit::commit_all;
+use super::commit::StagedPack;
 use super::{Header, Source, FORMAT_VERSION, IMAGES_OFFSET, MAGIC, MAX_CLASSES, PREAMBLE_BYTES};
 use crate::error::{PrepError, Result};
 
@@ -180,12 +181,12 @@ impl PackWriter {
         // From here on the temporary file belongs to the staged pack, which removes it if a
         // write below fails.
         let mut out = self.out.take().expect("writer used after finish");
-        let staged = StagedPack {
-            path: self.path.clone(),
-            tmp_path: Some(self.tmp_path.clone()),
-            file_len: header_offset + json.len() as u64,
+        let staged = StagedPack::new(
+            self.path.clone(),
+            self.tmp_path.clone(),
+            header_offset + json.len() as u64,
             header,
-        };
+        );
         out.write_all(&label_bytes).map_err(io)?;
         out.write_all(&json).map_err(io)?;
         out.seek(SeekFrom::Start(0)).map_err(io)?;
@@ -247,53 +248,6 @@ impl Drop for PackWriter {
     }
 }
 
-/// A split whose file is complete and synced under its temporary name, not yet renamed into
-/// place. Dropped uncommitted, it removes the temporary file.
-#[must_use = "a staged pack is removed unless committed"]
-#[derive(Debug)]
-pub struct StagedPack {
-    path: PathBuf,
-    tmp_path: Option<PathBuf>,
-    file_len: u64,
-    header: Header,
-}
-
-impl StagedPack {
-    /// The header written into the file.
-    pub fn header(&self) -> &Header {
-        &self.header
-    }
-
-    /// Where the file goes when committed.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Puts the file into place as [`commit_all`] does (checked complete, the target checked
-    /// replaceable, the earlier file restored on failure); returns its header.
-    pub fn commit(self) -> Result<Header> {
-        let mut headers = commit_all(vec![self])?;
-        Ok(headers.remove(0))
-    }
-
-    /// The temporary file, until committed.
-    pub(super) fn tmp_path(&self) -> Option<&Path> {
-        self.tmp_path.as_deref()
-    }
-
-    /// Bytes the complete file has.
-    pub(super) fn file_len(&self) -> u64 {
-        self.file_len
-    }
-
-    /// Records that the file was renamed into place (so dropping it removes nothing);
-    /// returns its header.
-    pub(super) fn mark_committed(&mut self) -> Header {
-        self.tmp_path = None;
-        self.header.clone()
-    }
-}
-
 /// A failed write of the temporary file `tmp` (a full disk, a file size limit): the earlier
 /// dataset is untouched, and the temporary file is removed when the writer is dropped.
 fn write_failed(tmp: &Path, e: std::io::Error) -> PrepError {
@@ -301,14 +255,6 @@ fn write_failed(tmp: &Path, e: std::io::Error) -> PrepError {
         tmp,
         format!("writing the new pack failed ({e}); the earlier dataset was left as it was: free disk space (or raise the file size limit) and run again"),
     )
-}
-
-impl Drop for StagedPack {
-    fn drop(&mut self) {
-        if let Some(tmp) = self.tmp_path.take() {
-            let _ = fs::remove_file(tmp);
-        }
-    }
 }
 
 #[cfg(test)]
