@@ -167,7 +167,15 @@ fn main() {
         .collect();
     bands.push(history);
     let dir = std::env::temp_dir().join(format!("aiperf-bench-primary-{}", std::process::id()));
-    let writer = PrimaryWriter::create(&dir, &meta(groups as u32)).expect("primary.h5");
+    let writer = PrimaryWriter::create(
+        &aiperf_records::folder::confirm(
+            &dir,
+            &aiperf_records::folder::Claim::new("aiperf primary bench"),
+        )
+        .expect("claim"),
+        &meta(groups as u32),
+    )
+    .expect("primary.h5");
     let h = Hparams {
         batch_size: 64,
         kernel_size: 3,
@@ -180,6 +188,8 @@ fn main() {
             defaults: h,
             seed: 1,
             deadline_s: f64::INFINITY,
+            stop_after_epochs: None,
+            stop_after_trials: None,
         },
     )
     .expect("a primary");

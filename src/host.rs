@@ -58,15 +58,7 @@ pub fn advise_huge_pages(data: *mut u8, len: usize) -> bool {
     unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) == 0 }
 }
 
-/// Whether this process may create entries in the folder `dir` (`access(W_OK | X_OK)`).
-pub fn writable(dir: &std::path::Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
-}
+pub use aiperf_records::folder::writable;
 
 /// The path of the first file mapped into this process (/proc/self/maps) whose path
 /// `matches`: how a library loaded from wherever the dynamic loader found it is located.

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 mod common;
 
 mod audit_common;
-use audit_common::{audit, audit_with, copy_run, other_platform, record_on};
+use audit_common::{audit, audit_with, copy_run, other_platform, record_on, Recording};
 
 /// `scripts/audit_drill.py SRC DST ARGS` with the h5py venv's Python: the forged copy.
 fn forge(src: &Path, name: &str, args: &[&str]) -> PathBuf {
@@ -40,7 +40,16 @@ fn forgers_fail_the_audit_in_either_mode_and_an_honest_pinned_run_passes_in_both
     let pins = other_platform();
     // Every fifth label wrong, enough images that each trial's first epoch learns what can be
     // learnt (its re-trainings then agree closely, as later epochs of real runs do).
-    let run = record_on(tmp.path(), "pinned", pins, (5, 2048, "30"));
+    let run = record_on(
+        tmp.path(),
+        "pinned",
+        pins,
+        Recording {
+            wrong: 5,
+            train: 2048,
+            epochs: "5",
+        },
+    );
     let all = ["--trials", "1000", "--epochs", "1"];
 
     // Honest, audited natively: statistical, every trial's early steps within tolerance.

@@ -39,7 +39,17 @@ fn stopped_run(dir: &Path, format: &str) {
         ceilings: Vec::new(),
         search_json: "{}".into(),
     };
-    drop(PrimaryWriter::create(dir, &meta).unwrap());
+    drop(
+        PrimaryWriter::create(
+            &aiperf_records::folder::confirm(
+                dir,
+                &aiperf_records::folder::Claim::new("aiperf records test"),
+            )
+            .expect("claim"),
+            &meta,
+        )
+        .unwrap(),
+    );
 }
 
 fn aiperf(args: &[&str], dir: &Path) -> (Option<i32>, String) {
@@ -100,7 +110,18 @@ fn regression_a_primary_of_another_schema_than_its_group_files_is_an_error_namin
     // also be the way to make a platform-naming run look like one that names none).
     let tmp = tempfile::tempdir().unwrap();
     stopped_run(tmp.path(), "nchw");
-    drop(aiperf_records::writer::GroupWriter::create(tmp.path(), 0, 1).unwrap());
+    drop(
+        aiperf_records::writer::GroupWriter::create(
+            &aiperf_records::folder::confirm(
+                tmp.path(),
+                &aiperf_records::folder::Claim::new("aiperf records test"),
+            )
+            .expect("claim"),
+            0,
+            1,
+        )
+        .unwrap(),
+    );
     let f = hdf5::File::open_rw(tmp.path().join("primary.h5")).unwrap();
     f.attr("schema_version")
         .unwrap()

@@ -31,7 +31,15 @@ fn main() {
         dataset_json: "{}".into(),
         search_json: "{}".into(),
     };
-    let p = PrimaryWriter::create(tmp.path(), &meta).expect("primary");
+    let p = PrimaryWriter::create(
+        &aiperf_records::folder::confirm(
+            tmp.path(),
+            &aiperf_records::folder::Claim::new("aiperf score bench"),
+        )
+        .expect("claim"),
+        &meta,
+    )
+    .expect("primary");
     for g in 0..groups {
         let rows: Vec<EpochRow> = (0..per_group)
             .map(|i| EpochRow {
@@ -54,10 +62,18 @@ fn main() {
                 digest: [0; 32],
             })
             .collect();
-        GroupWriter::create(tmp.path(), g, 8)
-            .expect("group")
-            .append_epochs(&rows)
-            .expect("rows");
+        GroupWriter::create(
+            &aiperf_records::folder::confirm(
+                tmp.path(),
+                &aiperf_records::folder::Claim::new("aiperf score bench"),
+            )
+            .expect("claim"),
+            g,
+            8,
+        )
+        .expect("group")
+        .append_epochs(&rows)
+        .expect("rows");
     }
     p.finish(t0 + 30_001.0, &[]).expect("finish");
     let mut times: Vec<f64> = (0..5)

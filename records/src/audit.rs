@@ -34,8 +34,7 @@ pub use judge::{judge, Judgement};
 pub use read::{read, summary, summary_for, AuditRecord, AuditSummary};
 pub use sample::{against_records, best_trial};
 
-/// The audit's file, in the run's folder.
-pub const AUDIT_FILE: &str = "audit.h5";
+pub use crate::schema::AUDIT_FILE;
 /// Trials drawn by default besides the best one: with a fraction f of the trials copies of
 /// others, a draw of n misses every copy with probability about (1 − f)^n — 3 % for n = 5
 /// when half are copies (docs/reviewer.md).

@@ -522,7 +522,15 @@ mod tests {
             config_json: "x".repeat(10_000),
             ..meta()
         };
-        let p = PrimaryWriter::create(tmp.path(), &m).unwrap();
+        let p = PrimaryWriter::create(
+            &crate::folder::confirm(
+                tmp.path(),
+                &crate::folder::Claim::new("aiperf records test"),
+            )
+            .expect("claim"),
+            &m,
+        )
+        .unwrap();
         for id in 0..300 {
             let json = "{\"layers\": []}".repeat(id as usize % 7 + (id == 7) as usize * 3000);
             p.append_architecture(id, &json).unwrap();
@@ -559,10 +567,18 @@ mod tests {
             data_wait_s: 0.0,
             digest: [0; 32],
         };
-        crate::writer::GroupWriter::create(tmp.path(), 0, 1)
-            .unwrap()
-            .append_epochs(&vec![row; 40_000])
-            .unwrap();
+        crate::writer::GroupWriter::create(
+            &crate::folder::confirm(
+                tmp.path(),
+                &crate::folder::Claim::new("aiperf records test"),
+            )
+            .expect("claim"),
+            0,
+            1,
+        )
+        .unwrap()
+        .append_epochs(&vec![row; 40_000])
+        .unwrap();
         let bytes = std::fs::read(tmp.path().join("group-0.h5")).unwrap();
         assert_eq!(check_file(&bytes), Ok(0));
     }
@@ -571,10 +587,17 @@ mod tests {
     fn a_damaged_heap_index_is_refused_before_hdf5_reads_it() {
         let _serial = serial();
         let tmp = tempfile::tempdir().unwrap();
-        PrimaryWriter::create(tmp.path(), &meta())
-            .unwrap()
-            .finish(1.8e9 + 10.0, &[])
-            .unwrap();
+        PrimaryWriter::create(
+            &crate::folder::confirm(
+                tmp.path(),
+                &crate::folder::Claim::new("aiperf records test"),
+            )
+            .expect("claim"),
+            &meta(),
+        )
+        .unwrap()
+        .finish(1.8e9 + 10.0, &[])
+        .unwrap();
         let mut bytes = std::fs::read(tmp.path().join("primary.h5")).unwrap();
         // program_version "test": length 4, the first collection, object 1.
         let heap = bytes.windows(4).position(|w| w == b"GCOL").unwrap() as u64;

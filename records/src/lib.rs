@@ -10,6 +10,7 @@ pub mod cli;
 pub mod consistency;
 pub mod digest;
 pub mod error;
+pub mod folder;
 pub mod grid;
 mod h5guard;
 mod h5msg;

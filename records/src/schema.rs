@@ -12,6 +12,8 @@ pub const SCHEMA_VERSION: u32 = 7;
 pub const RULES_VERSION: &str = "aiperf-rules-5";
 /// File name of the primary's records.
 pub const PRIMARY_FILE: &str = "primary.h5";
+/// File name of a reviewer's audit of the run, in the run's folder.
+pub const AUDIT_FILE: &str = "audit.h5";
 
 /// File name of group `g`'s records.
 pub fn group_file(g: u32) -> String {

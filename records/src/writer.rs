@@ -10,6 +10,7 @@ use hdf5::{Dataset, Extent, File, H5Type};
 
 use crate::digest::{self, Carried, ChainEnd, Digest, GroupChain};
 use crate::error::RecordError;
+use crate::folder::Claimed;
 use crate::schema::{
     attr, group_file, AttrKind, AttrValue, EpochRow, MonitorRow, StepRow, TpeRow, TraceRow,
     TrialRow, PRIMARY_ATTRS, PRIMARY_FILE, RULES_VERSION, SCHEMA_VERSION,
@@ -194,13 +195,9 @@ pub struct PrimaryWriter {
 }
 
 impl PrimaryWriter {
-    /// Creates `dir/primary.h5` (the folder too) with the run's attributes.
-    pub fn create(dir: &Path, meta: &RunMeta) -> Result<Self, RecordError> {
-        std::fs::create_dir_all(dir).map_err(|e| RecordError::Io {
-            path: dir.to_path_buf(),
-            error: e,
-        })?;
-        let path = dir.join(PRIMARY_FILE);
+    /// Creates `primary.h5` in the folder this job holds, with the run's attributes.
+    pub fn create(folder: &Claimed, meta: &RunMeta) -> Result<Self, RecordError> {
+        let path = folder.dir().join(PRIMARY_FILE);
         let file = File::create(&path).map_err(h5(&path))?;
         write_attr(&file, &path, attr::SCHEMA_VERSION, &SCHEMA_VERSION)?;
         write_text_attr(&file, &path, attr::PROGRAM_VERSION, &meta.program_version)?;
@@ -241,12 +238,12 @@ impl PrimaryWriter {
         })
     }
 
-    /// Reopens `dir/primary.h5` of a stopped or crashed run to go on appending
-    /// (`aiperf run --resume`): clears its end time and seal, records the resumption
-    /// (`stopped_s`: its last record; `resumed_s`: now) in the `resumes` attribute, and
-    /// takes up every chain where it ended.
-    pub fn reopen(dir: &Path, stopped_s: f64, resumed_s: f64) -> Result<Self, RecordError> {
-        let path = dir.join(PRIMARY_FILE);
+    /// Reopens `primary.h5` of a stopped or crashed run, in the folder this (resuming) job
+    /// took over, to go on appending (`aiperf run --resume`): clears its end time and seal,
+    /// records the resumption (`stopped_s`: its last record; `resumed_s`: now) in the
+    /// `resumes` attribute, and takes up every chain where it ended.
+    pub fn reopen(folder: &Claimed, stopped_s: f64, resumed_s: f64) -> Result<Self, RecordError> {
+        let path = folder.dir().join(PRIMARY_FILE);
         let file = File::open_rw(&path).map_err(h5(&path))?;
         let mut resumes: Vec<(f64, f64)> = match file.attr(attr::RESUMES) {
             Ok(a) => {
@@ -437,9 +434,9 @@ pub struct GroupWriter {
 }
 
 impl GroupWriter {
-    /// Creates `dir/group-<g>.h5`.
-    pub fn create(dir: &Path, group: u32, accelerators: u32) -> Result<Self, RecordError> {
-        let path = dir.join(group_file(group));
+    /// Creates `group-<g>.h5` in the folder this job holds.
+    pub fn create(folder: &Claimed, group: u32, accelerators: u32) -> Result<Self, RecordError> {
+        let path = folder.dir().join(group_file(group));
         let file = File::create(&path).map_err(h5(&path))?;
         write_attr(&file, &path, attr::SCHEMA_VERSION, &SCHEMA_VERSION)?;
         write_attr(&file, &path, "group", &group)?;
@@ -465,11 +462,16 @@ impl GroupWriter {
         })
     }
 
-    /// Opens `dir/group-<g>.h5` to go on appending (a resumed run), or creates it.
-    pub fn open_or_create(dir: &Path, group: u32, accelerators: u32) -> Result<Self, RecordError> {
-        let path = dir.join(group_file(group));
+    /// Opens `group-<g>.h5` in the folder this job holds to go on appending (a resumed run),
+    /// or creates it.
+    pub fn open_or_create(
+        folder: &Claimed,
+        group: u32,
+        accelerators: u32,
+    ) -> Result<Self, RecordError> {
+        let path = folder.dir().join(group_file(group));
         if !path.is_file() {
-            return GroupWriter::create(dir, group, accelerators);
+            return GroupWriter::create(folder, group, accelerators);
         }
         let file = File::open_rw(&path).map_err(h5(&path))?;
         let epochs = file.dataset("epochs").map_err(h5(&path))?;

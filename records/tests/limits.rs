@@ -12,7 +12,7 @@ use aiperf_records::schema::{TrialRow, TrialStatus};
 use aiperf_records::score::{grid, GridError, MAX_GRID_STEPS};
 use aiperf_records::writer::{GroupWriter, PrimaryWriter};
 use aiperf_records::{read_run, report, score};
-use common::{epoch, meta, serial, trial, write_run, T0};
+use common::{epoch, held, meta, serial, trial, write_run, T0};
 
 /// Runs `aiperf-score` with `args`, killing it after 20 s (a regression would hang).
 fn aiperf_score(args: &[&std::ffi::OsStr]) -> Output {
@@ -180,8 +180,8 @@ fn a_world_size_or_accelerator_count_that_disagrees_with_the_ranks_is_refused() 
 
 /// One group of `ranks` ranks whose epochs exchanged `bytes` in `seconds`.
 fn exchange_run(dir: &Path, ranks: u32, bytes: u64, seconds: f64) {
-    let p = PrimaryWriter::create(dir, &meta(1)).unwrap();
-    let g = GroupWriter::create(dir, 0, ranks).unwrap();
+    let p = PrimaryWriter::create(&held(dir), &meta(1)).unwrap();
+    let g = GroupWriter::create(&held(dir), 0, ranks).unwrap();
     for t in [100.0, 200.0] {
         g.append_epoch(&aiperf_records::schema::EpochRow {
             allreduce_bytes: bytes,
@@ -239,8 +239,8 @@ fn zero_seconds_of_exchange_never_print_inf() {
 fn nan_in_an_epoch_row_names_the_file_the_row_and_the_field() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
-    let p = PrimaryWriter::create(tmp.path(), &meta(1)).unwrap();
-    let g = GroupWriter::create(tmp.path(), 0, 2).unwrap();
+    let p = PrimaryWriter::create(&held(tmp.path()), &meta(1)).unwrap();
+    let g = GroupWriter::create(&held(tmp.path()), 0, 2).unwrap();
     g.append_epoch(&epoch(10.0, 1, 1, 0.5)).unwrap();
     g.append_epoch(&aiperf_records::schema::EpochRow {
         train_loss: f64::NAN,
@@ -259,7 +259,7 @@ fn nan_in_an_epoch_row_names_the_file_the_row_and_the_field() {
 fn a_failed_trial_reads_back_and_its_completed_epochs_count() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
-    let p = PrimaryWriter::create(tmp.path(), &meta(1)).unwrap();
+    let p = PrimaryWriter::create(&held(tmp.path()), &meta(1)).unwrap();
     let rows = [
         trial(),
         TrialRow {
@@ -278,7 +278,7 @@ fn a_failed_trial_reads_back_and_its_completed_epochs_count() {
     for row in &rows {
         p.append_trial(row).unwrap();
     }
-    let g = GroupWriter::create(tmp.path(), 0, 2).unwrap();
+    let g = GroupWriter::create(&held(tmp.path()), 0, 2).unwrap();
     g.append_epoch(&epoch(100.0, 1000, 100, 0.5)).unwrap();
     // The failed trial's one completed epoch.
     g.append_epoch(&aiperf_records::schema::EpochRow {
@@ -314,14 +314,14 @@ fn a_failed_trial_reads_back_and_its_completed_epochs_count() {
 fn an_unknown_trial_status_is_refused_naming_the_row_and_the_field() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
-    let p = PrimaryWriter::create(tmp.path(), &meta(1)).unwrap();
+    let p = PrimaryWriter::create(&held(tmp.path()), &meta(1)).unwrap();
     let marked = TrialRow {
         model_id: 0x5eed_cafe_f00d_d00d,
         ..trial()
     };
     p.append_trial(&trial()).unwrap();
     p.append_trial(&marked).unwrap();
-    GroupWriter::create(tmp.path(), 0, 2)
+    GroupWriter::create(&held(tmp.path()), 0, 2)
         .unwrap()
         .append_epoch(&epoch(10.0, 1, 1, 0.5))
         .unwrap();

@@ -9,7 +9,7 @@ use aiperf_records::schema::{EpochRow, MonitorRow, TpeRow};
 use aiperf_records::score::Status;
 use aiperf_records::writer::{GroupWriter, PrimaryWriter};
 use aiperf_records::{read_run, score, RecordError};
-use common::{close, epoch, meta, missing_prerequisite, serial, write_run, T0};
+use common::{close, epoch, held, meta, missing_prerequisite, serial, write_run, T0};
 
 #[test]
 fn golden_timeline_computed_by_hand() {
@@ -76,7 +76,7 @@ fn a_crashed_run_is_scored_to_its_last_epoch_with_a_warning() {
         .warnings
         .iter()
         .any(|w| w.contains("did not stop cleanly")));
-    // Issue 23: with a digest from a job log, records without a run digest are not
+    // With a digest from a job log, records without a run digest are not
     // "altered" (nothing was), but cannot match it: INVALID for want of a seal.
     let given =
         aiperf_records::digest::parse_hex(&"ab".repeat(32), aiperf_records::digest::Wanted::Run)
@@ -180,11 +180,11 @@ fn damaged_records_give_clear_errors() {
     }
     // NaN accuracy.
     let dir = tmp.path().join("nan");
-    PrimaryWriter::create(&dir, &meta(1))
+    PrimaryWriter::create(&held(&dir), &meta(1))
         .unwrap()
         .finish(T0 + 10.0, &[])
         .unwrap();
-    GroupWriter::create(&dir, 0, 2)
+    GroupWriter::create(&held(&dir), 0, 2)
         .unwrap()
         .append_epoch(&epoch(5.0, 1, 1, f64::NAN))
         .unwrap();
@@ -197,11 +197,11 @@ fn damaged_records_give_clear_errors() {
     );
     // No epoch at all.
     let dir = tmp.path().join("empty");
-    PrimaryWriter::create(&dir, &meta(1))
+    PrimaryWriter::create(&held(&dir), &meta(1))
         .unwrap()
         .finish(T0 + 10.0, &[])
         .unwrap();
-    GroupWriter::create(&dir, 0, 2).unwrap();
+    GroupWriter::create(&held(&dir), 0, 2).unwrap();
     let e = score(&read_run(&dir).unwrap(), 360.0)
         .unwrap_err()
         .to_string();
@@ -229,8 +229,9 @@ fn a_valid_official_run() {
     assert_eq!(s.verdict.status, Status::Valid, "{:?}", s.verdict.reasons);
     assert_eq!(s.timeline.len(), 11); // 10 grid points below 3700 s, then the end
     assert!(s.timeline[2].ops == 0 && s.timeline[3].ops > 0); // 1080 s, then 1440 s
-                                                              // One changed count, and the recount names the row (issue 12: it raised the score 440×
-                                                              // with every check passing).
+
+    // One changed count, which alone would raise the score 440×: the recount refuses it and
+    // names the row.
     let f = hdf5::File::open_rw(tmp.path().join("group-0.h5")).unwrap();
     let ds = f.dataset("epochs").unwrap();
     let mut rows: Vec<EpochRow> = ds.read_raw().unwrap();
@@ -256,9 +257,9 @@ fn weak_scaling_table_over_runs() {
     // perfect weak scaling; then four groups at 90% per accelerator.
     for (name, groups, ops) in [("a", 1u32, 1000u64), ("b", 2, 1000), ("c", 4, 900)] {
         let dir = tmp.path().join(name);
-        let p = PrimaryWriter::create(&dir, &meta(groups)).unwrap();
+        let p = PrimaryWriter::create(&held(&dir), &meta(groups)).unwrap();
         for g in 0..groups {
-            GroupWriter::create(&dir, g, 2)
+            GroupWriter::create(&held(&dir), g, 2)
                 .unwrap()
                 .append_epoch(&epoch(50.0, ops, 0, 0.5))
                 .unwrap();
@@ -448,7 +449,7 @@ fn the_monitor_samples_are_summarised_over_the_run_alone() {
     write_run(tmp.path(), Some(1000.0));
     // Group 0 has one sample without NVML (30 s, CPU 0.9, 1 GB); group 1 gets NVML ones,
     // two of them outside the run.
-    let g1 = GroupWriter::open_or_create(tmp.path(), 1, 2).unwrap();
+    let g1 = GroupWriter::open_or_create(&held(tmp.path()), 1, 2).unwrap();
     for (t, util, mem) in [
         (-5.0, 0.0, 1e9),
         (50.0, 0.5, 2e9),
@@ -542,9 +543,9 @@ fn a_resumed_run_keeps_its_rows_counts_the_down_time_and_says_so() {
     assert!(before.info.end_time_s.is_none() && before.info.resumes.is_empty());
     // Resumed 200 s after its last record at T0 + 1100.
     {
-        let p = PrimaryWriter::reopen(tmp.path(), T0 + 1100.0, T0 + 1300.0).unwrap();
-        let g0 = GroupWriter::open_or_create(tmp.path(), 0, 2).unwrap();
-        let g1 = GroupWriter::open_or_create(tmp.path(), 1, 2).unwrap();
+        let p = PrimaryWriter::reopen(&held(tmp.path()), T0 + 1100.0, T0 + 1300.0).unwrap();
+        let g0 = GroupWriter::open_or_create(&held(tmp.path()), 0, 2).unwrap();
+        let g1 = GroupWriter::open_or_create(&held(tmp.path()), 1, 2).unwrap();
         g1.append_epoch(&epoch(1500.0, 7000, 700, 0.82)).unwrap();
         p.append_tpe(&TpeRow {
             time_s: T0 + 1500.0,
@@ -587,7 +588,7 @@ fn a_resumed_run_keeps_its_rows_counts_the_down_time_and_says_so() {
         "{text}"
     );
     // A second resumption appends to the list.
-    PrimaryWriter::reopen(tmp.path(), T0 + 1600.0, T0 + 1700.0)
+    PrimaryWriter::reopen(&held(tmp.path()), T0 + 1600.0, T0 + 1700.0)
         .unwrap()
         .finish(T0 + 1800.0, &[])
         .unwrap();

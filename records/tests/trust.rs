@@ -1,4 +1,4 @@
-//! What a reviewer relies on (issue 12): altered rows are found by the digest chains and
+//! What a reviewer relies on: altered rows are found by the digest chains and
 //! the recount, named by row; a digest copied from the job log is checked; missing fields
 //! and files are errors or INVALID naming them; schema 1 reads as unverifiable; and the
 //! edge cases of docs/design.md §5.
@@ -12,7 +12,7 @@ use aiperf_records::schema::{EpochRow, MonitorRow, TrialStatus};
 use aiperf_records::score::Status;
 use aiperf_records::writer::{GroupWriter, PrimaryWriter};
 use aiperf_records::{read_run, score};
-use common::{epoch, meta, official_run, serial, trial, write_run, T0};
+use common::{epoch, held, meta, official_run, serial, trial, write_run, T0};
 
 /// Rewrites the epochs of `group-0.h5` through HDF5, as an editor would.
 fn edit_epochs(dir: &Path, edit: impl FnOnce(&mut Vec<EpochRow>)) {
@@ -216,7 +216,7 @@ fn hand_written_group<T: hdf5::H5Type>(dir: &Path, version: u32, rows: &[T]) {
 fn a_missing_field_is_an_error_naming_the_file_and_the_field() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
-    PrimaryWriter::create(tmp.path(), &meta(1))
+    PrimaryWriter::create(&held(tmp.path()), &meta(1))
         .unwrap()
         .finish(T0 + 10.0, &[])
         .unwrap();
@@ -324,7 +324,7 @@ struct V1Tpe {
 fn schema_1_records_are_scored_but_reported_as_unverifiable() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
-    let p = PrimaryWriter::create(tmp.path(), &meta(1)).unwrap();
+    let p = PrimaryWriter::create(&held(tmp.path()), &meta(1)).unwrap();
     p.finish(T0 + 1000.0, &[]).unwrap();
     let f = hdf5::File::open_rw(tmp.path().join("primary.h5")).unwrap();
     f.attr("schema_version")
@@ -391,8 +391,8 @@ fn edge_cases_of_the_score() {
     let tmp = tempfile::tempdir().unwrap();
     // Accuracy 1, a grid point equal to the end (720 = 2 × 360), an epoch before t0, no
     // epoch by the first grid point.
-    let p = PrimaryWriter::create(tmp.path(), &meta(1)).unwrap();
-    let g = GroupWriter::create(tmp.path(), 0, 2).unwrap();
+    let p = PrimaryWriter::create(&held(tmp.path()), &meta(1)).unwrap();
+    let g = GroupWriter::create(&held(tmp.path()), 0, 2).unwrap();
     g.append_epoch(&epoch(-5.0, 10, 0, 0.2)).unwrap();
     g.append_epoch(&epoch(500.0, 700, 0, 1.0)).unwrap();
     // Written after the row before it, completed before it: a clock that jumped back.
@@ -415,7 +415,7 @@ fn edge_cases_of_the_score() {
         "{:?}",
         s.warnings
     );
-    // The error shown is the floored one the regulated score uses (issue 22).
+    // The error shown is the floored one the regulated score uses.
     assert_eq!(s.timeline[1].error, 1e-9);
     assert!(
         (s.regulated - 1.0 * -(1e-9f64).ln()).abs() < 1e-9,
@@ -435,8 +435,8 @@ fn the_default_grid_step_is_the_recorded_presets() {
             .replace("\"score_interval_s\":360.0", "\"score_interval_s\":250.0"),
         ..meta(1)
     };
-    let p = PrimaryWriter::create(tmp.path(), &m).unwrap();
-    let g = GroupWriter::create(tmp.path(), 0, 2).unwrap();
+    let p = PrimaryWriter::create(&held(tmp.path()), &m).unwrap();
+    let g = GroupWriter::create(&held(tmp.path()), 0, 2).unwrap();
     g.append_epoch(&epoch(600.0, 10, 0, 0.5)).unwrap();
     p.append_trial(&trial()).unwrap();
     let chain = g.chain();
@@ -491,13 +491,13 @@ struct WideEpoch {
     digest: [u8; 32],
 }
 
-/// Issue 22: a file packed from the documentation but not as documented is refused with a
-/// message that says what differs.
+/// A file packed from the documentation but not as documented is refused with a message
+/// that says what differs.
 #[test]
 fn a_layout_other_than_the_schemas_is_refused_saying_what_differs() {
     let _serial = serial();
     let tmp = tempfile::tempdir().unwrap();
-    PrimaryWriter::create(tmp.path(), &meta(1))
+    PrimaryWriter::create(&held(tmp.path()), &meta(1))
         .unwrap()
         .finish(T0 + 10.0, &[])
         .unwrap();

@@ -159,13 +159,7 @@ pub struct Common {
     pub t0_s: f64,
 }
 
-/// This machine's host name.
-pub fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .unwrap_or_default()
-        .trim()
-        .to_string()
-}
+pub use aiperf_records::folder::host_name;
 
 /// Collective: the common clock, hosts, devices, platform fingerprints and t0 (rank 0's now, or `resumed_t0`).
 pub fn common(world: &SimpleCommunicator, place: &Placement, resumed_t0: Option<f64>) -> Common {

@@ -14,7 +14,7 @@ pub struct RunContext {
     /// Where the records go.
     pub results: PathBuf,
     /// This job's claim on `results`, checked before the first record.
-    pub claim: super::claim::Claim,
+    pub claim: aiperf_records::folder::Claim,
     /// The start architecture.
     pub start: Graph,
     /// How this rank trains.

@@ -51,16 +51,18 @@ pub fn run_primary(
         defaults: preset.default_hparams(),
         seed: ctx.seed,
         deadline_s: ctx.deadline_s,
+        stop_after_epochs: config.stop_after_epochs,
+        stop_after_trials: config.stop_after_trials,
     };
-    super::claim::confirm(&ctx.results, &ctx.claim)?;
+    let folder = aiperf_records::folder::confirm(&ctx.results, &ctx.claim)?;
     let (writer, resumed) = if ctx.resume {
         // Read the stopped run first (read-only), then reopen its file for appending.
         let state = resume::read(&ctx.results, groups)?;
-        let writer = PrimaryWriter::reopen(&ctx.results, state.stopped_s, ctx.clock.now())?;
+        let writer = PrimaryWriter::reopen(&folder, state.stopped_s, ctx.clock.now())?;
         (writer, Some(state))
     } else {
         let meta = run_meta(world, ctx, config, start, groups);
-        (PrimaryWriter::create(&ctx.results, &meta)?, None)
+        (PrimaryWriter::create(&folder, &meta)?, None)
     };
     let mut p = Primary::new(writer, pcfg)?;
     if let Some(r) = resumed {

@@ -16,7 +16,6 @@ use mpi::traits::Communicator;
 use super::{agree, init_mpi, once, set_results_hint};
 use crate::arch::{self, Graph};
 use crate::cluster::bootstrap::{self, Placement};
-use crate::cluster::claim;
 use crate::cluster::run::{run_role, RunContext, StartRecord};
 use crate::cluster::transport::broadcast_value;
 use crate::config::{RecordedConfig, RunFlags, TrainerKind};
@@ -27,6 +26,7 @@ use crate::train::emulated::EmulatedTrainer;
 use crate::train::fault::FaultyTrainer;
 use crate::train::simulated::{SimDevice, SimulatedTrainer};
 use crate::train::{RealTrainer, Trainer};
+use aiperf_records::folder as claim;
 
 /// What rank 0 read from a stopped run's records, for every rank.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -77,9 +77,9 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     let ceilings = super::kernels::resolve(&world, &place, &common, &mut config, first_graph)?;
     let built = trainer(&world, &config, &place, &given);
     let (trainer, start_graph, dataset) = agree(&world, built)?;
-    let claim = claim_results(&world, &results, common.t0_s, saved.as_ref())?;
+    let (claim, held) = claim_results(&world, &results, common.t0_s, saved.as_ref())?;
     // Rank 0 keeps the claim fresh while the job lives: a resume elsewhere can tell.
-    let _heartbeat = (rank == 0).then(|| claim::Heartbeat::start(&results, &claim.me));
+    let _heartbeat = held.as_ref().map(claim::Heartbeat::start);
     // Every rank or none goes on to its role: one rank's failure here must not leave the
     // others waiting in it.
     let built = context(
@@ -161,25 +161,32 @@ fn resolve_exchange(
 
 /// Collective, once every check has passed: rank 0 claims the results folder for this job
 /// (a resumed run takes the gone job's claim over) and every rank learns the claim, which
-/// each writer checks again before its first record.
+/// each writer checks again before its first record. Rank 0 also gets the folder it holds.
 fn claim_results(
     world: &SimpleCommunicator,
     results: &Path,
     t0_s: f64,
     saved: Option<&Saved>,
-) -> anyhow::Result<claim::Claim> {
+) -> anyhow::Result<(claim::Claim, Option<claim::Claimed>)> {
     let replaces = saved.and_then(|s| s.claim.clone());
+    let mut held = None;
     let mine = (world.rank() == 0).then(|| {
         let me = claim::identity(t0_s);
         let claimed = match saved {
             Some(_) => claim::take_over(results, replaces.as_deref(), &me),
             None => claim::claim_fresh(results, &me),
         };
-        claimed.map(|()| me).map_err(|e| format!("{e:#}"))
+        match claimed {
+            Ok(folder) => {
+                held = Some(folder);
+                Ok(me)
+            }
+            Err(e) => Err(format!("{e:#}")),
+        }
     });
     let claimed: Result<String, String> = broadcast_value(world, mine.as_ref())?;
     let me = once(world, claimed.map_err(anyhow::Error::msg))?;
-    Ok(claim::Claim { me, replaces })
+    Ok((claim::Claim { me, replaces }, held))
 }
 
 /// `--print-config`: the resolved preset as a preset file.

@@ -36,6 +36,16 @@ pub struct RunFlags {
     /// Run duration in seconds (overrides the preset).
     #[arg(long)]
     pub duration: Option<f64>,
+    /// End the run once N epochs have been recorded over all its groups, or at its duration
+    /// if that comes first: the same work on a machine of any speed (smoke tests, CI; give a
+    /// generous --duration). The run ends early as after a signal, scored over the time it
+    /// ran.
+    #[arg(long, value_name = "N")]
+    pub stop_after_epochs: Option<u64>,
+    /// End the run once N trials have ended (trained, failed or stopped) over all its
+    /// groups, or at its duration if that comes first, as --stop-after-epochs does.
+    #[arg(long, value_name = "N")]
+    pub stop_after_trials: Option<u64>,
     /// Full epoch budget; warm-up rounds train 1/4, 1/2, 3/4 of it (overrides the preset).
     #[arg(long)]
     pub epochs: Option<u32>,
@@ -164,6 +174,8 @@ impl RunFlags {
             ("--config", self.config.is_some()),
             ("--trainer", self.trainer.is_some()),
             ("--duration", self.duration.is_some()),
+            ("--stop-after-epochs", self.stop_after_epochs.is_some()),
+            ("--stop-after-trials", self.stop_after_trials.is_some()),
             ("--epochs", self.epochs.is_some()),
             ("--train-images", self.train_images.is_some()),
             ("--val-images", self.val_images.is_some()),

@@ -92,6 +92,14 @@ pub struct RecordedConfig {
     /// `auto`, and in records written before the probe timed precisions).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub arithmetic_probe: Vec<crate::train::probe::ProbeTime>,
+    /// `--stop-after-epochs`: the run ends once this many epochs are recorded over all
+    /// groups (absent: at its duration only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_after_epochs: Option<u64>,
+    /// `--stop-after-trials`: the run ends once this many trials ended over all groups
+    /// (absent: at its duration only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_after_trials: Option<u64>,
 }
 
 /// A configuration that cannot run.
@@ -318,6 +326,12 @@ impl RecordedConfig {
             clock_offsets_s: Vec::new(),
             clock_uncertainty_s: Vec::new(),
             arithmetic_probe: Vec::new(),
+            stop_after_epochs: (f.stop_after_epochs)
+                .map(|n| count_in("--stop-after-epochs", n, 1, 1 << 40))
+                .transpose()?,
+            stop_after_trials: (f.stop_after_trials)
+                .map(|n| count_in("--stop-after-trials", n, 1, 1 << 40))
+                .transpose()?,
         })
     }
 

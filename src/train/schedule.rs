@@ -29,10 +29,20 @@ impl LrSchedule {
     }
 }
 
+/// A group's first rounds are its warm-up (0-based rounds 0..3; docs/design.md §2–§3): they
+/// train part of the epoch budget ([`epoch_budget`]), take their father's (or the default)
+/// hyperparameters instead of TPE's, and report a predicted final accuracy to the search.
+pub const WARMUP_ROUNDS: u32 = 3;
+
+/// Whether 0-based `round` is a warm-up round ([`WARMUP_ROUNDS`]).
+pub fn in_warm_up(round: u32) -> bool {
+    round < WARMUP_ROUNDS
+}
+
 /// The epoch budget of a group's `round` (1-based): the reference's warm-up rounds train
 /// 15, 30 and 45 of 60 epochs, i.e. ¼, ½ and ¾ of the full budget; later rounds the full one.
 pub fn epoch_budget(round: u32, full_epochs: u32) -> u32 {
-    let quarters = round.clamp(1, 4);
+    let quarters = round.clamp(1, WARMUP_ROUNDS + 1);
     (full_epochs * quarters).div_ceil(4).max(1)
 }
 

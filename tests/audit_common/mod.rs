@@ -40,17 +40,36 @@ pub fn aiperf(np: usize, args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> (i3
 /// A short real run on the quadrants data in `dir/data` (every `wrong`-th label wrong),
 /// recorded in `dir/name` with `env`.
 pub fn record(dir: &Path, name: &str, env: &[(&str, &str)], wrong: usize) -> std::path::PathBuf {
-    record_on(dir, name, env, (wrong, 384, "15"))
+    record_on(
+        dir,
+        name,
+        env,
+        Recording {
+            wrong,
+            train: 384,
+            epochs: "8",
+        },
+    )
 }
 
-/// [`record`] on `train` training images (the data of the first call in `dir` stays) for
-/// `duration` seconds.
-pub fn record_on(
-    dir: &Path,
-    name: &str,
-    env: &[(&str, &str)],
-    (wrong, train, duration): (usize, usize, &str),
-) -> std::path::PathBuf {
+/// What [`record_on`] records.
+pub struct Recording<'a> {
+    /// Every `wrong`-th label is wrong.
+    pub wrong: usize,
+    /// Training images (the data of the first call in a folder stays).
+    pub train: usize,
+    /// Epochs recorded over the run before it ends (`--stop-after-epochs`): trials of 1,
+    /// 2 and 3 epochs make 6.
+    pub epochs: &'a str,
+}
+
+/// [`record`] as `r` says.
+pub fn record_on(dir: &Path, name: &str, env: &[(&str, &str)], r: Recording) -> std::path::PathBuf {
+    let Recording {
+        wrong,
+        train,
+        epochs,
+    } = r;
     let data = dir.join("data");
     if !data.exists() {
         std::fs::create_dir_all(&data).unwrap();
@@ -67,7 +86,9 @@ pub fn record_on(
         "--results",
         run.to_str().unwrap(),
         "--duration",
-        duration,
+        "3600",
+        "--stop-after-epochs",
+        epochs,
         "--epochs",
         "4",
         "--batch-size",

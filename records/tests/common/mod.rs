@@ -5,10 +5,16 @@
 
 use std::path::Path;
 
+use aiperf_records::folder::{self, Claim, Claimed};
 use aiperf_records::schema::{EpochRow, MonitorRow, TpeRow, TrialRow, TrialStatus};
 use aiperf_records::writer::{GroupWriter, PrimaryWriter, RunMeta};
 
 /// The run's start, Unix seconds.
+/// `dir` held by the tests' job, as a run's writers need it (created and claimed if need be).
+pub fn held(dir: impl AsRef<Path>) -> Claimed {
+    folder::confirm(dir.as_ref(), &Claim::new("aiperf records test")).expect("claim")
+}
+
 pub const T0: f64 = 1_800_000_000.0;
 
 /// The tests take turns: with several threads opening and closing HDF5 files at once, this
@@ -160,7 +166,7 @@ pub fn trial() -> TrialRow {
 
 /// Two groups; group 1 records one epoch after the end.
 pub fn write_run(dir: &Path, end: Option<f64>) {
-    let p = PrimaryWriter::create(dir, &meta(2)).unwrap();
+    let p = PrimaryWriter::create(&held(dir), &meta(2)).unwrap();
     p.append_trial(&trial()).unwrap();
     p.append_architecture(0, "{\"nodes\": []}").unwrap();
     p.append_tpe(&TpeRow {
@@ -171,7 +177,7 @@ pub fn write_run(dir: &Path, end: Option<f64>) {
         digest: [0; 32],
     })
     .unwrap();
-    let g0 = GroupWriter::create(dir, 0, 2).unwrap();
+    let g0 = GroupWriter::create(&held(dir), 0, 2).unwrap();
     for e in [
         epoch(100.0, 1000, 100, 0.5),
         epoch(400.0, 2000, 200, 0.6),
@@ -187,7 +193,7 @@ pub fn write_run(dir: &Path, end: Option<f64>) {
         host_mem_bytes: 1e9,
     })
     .unwrap();
-    let g1 = GroupWriter::create(dir, 1, 2).unwrap();
+    let g1 = GroupWriter::create(&held(dir), 1, 2).unwrap();
     for e in [
         epoch(350.0, 500, 50, 0.7),
         epoch(900.0, 4000, 400, 0.8),
@@ -233,10 +239,10 @@ fn consistent_run(dir: &Path, s: &Setting, epochs: u32) -> aiperf_records::diges
         c.gemm_ops_per_s *= 1e12;
         c.conv_ops_per_s *= 1e12;
     }
-    let p = PrimaryWriter::create(dir, &meta).unwrap();
+    let p = PrimaryWriter::create(&held(dir), &meta).unwrap();
     p.append_architecture(0, &s.arch.to_json()).unwrap();
     let count = aiperf_ir::ops::OpCount::of(&s.arch).unwrap();
-    let g = GroupWriter::create(dir, 0, RANKS).unwrap();
+    let g = GroupWriter::create(&held(dir), 0, RANKS).unwrap();
     let global = u64::from(BATCH * RANKS);
     let every = s.duration_s / f64::from(epochs);
     for k in 1..=epochs {

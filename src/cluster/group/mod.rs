@@ -74,17 +74,19 @@ pub enum GroupError {
         /// What was wrong.
         message: String,
     },
-    /// The results folder is another job's (see `cluster::claim`).
+    /// The leader broadcast a verdict byte this rank does not know (a build mismatch
+    /// between the group's ranks).
+    #[error("model {model_id}: the group's leader sent the unknown epoch verdict {verdict} (every rank of a job must run the same aiperf)")]
+    UnknownVerdict {
+        /// The trial.
+        model_id: u64,
+        /// The byte received.
+        verdict: u8,
+    },
+    /// The results folder is another job's, or cannot be created
+    /// (`aiperf_records::folder::confirm`).
     #[error("{0}")]
     Claim(String),
-    /// The records folder could not be created.
-    #[error("creating {path}: {source}")]
-    Folder {
-        /// The folder.
-        path: String,
-        /// Why.
-        source: std::io::Error,
-    },
 }
 
 /// What a leader tells its group before each trial.
@@ -172,11 +174,6 @@ fn lead<C: Communicator>(
     group: u32,
     ctx: &RunContext,
 ) -> Result<(), GroupError> {
-    // The folder may be node-local (no shared filesystem needed): create it here too.
-    std::fs::create_dir_all(&ctx.results).map_err(|source| GroupError::Folder {
-        path: ctx.results.display().to_string(),
-        source,
-    })?;
     let first_kernel = ctx.kernel_sizes.first().copied().unwrap_or(3);
     let mut generator = start_generator(ctx, group, first_kernel)?;
     let mut history: Vec<Observed> = Vec::new();
@@ -197,13 +194,14 @@ fn lead<C: Communicator>(
         _ => 0,
     };
     let running = absorb(welcome, &mut history);
-    // After the welcome: the primary has read a resumed run's records by then.
-    crate::cluster::claim::confirm(&ctx.results, &ctx.claim)
+    // After the welcome: the primary has read a resumed run's records by then. The folder
+    // may be node-local (no shared filesystem needed): confirming the claim creates it.
+    let folder = aiperf_records::folder::confirm(&ctx.results, &ctx.claim)
         .map_err(|e| GroupError::Claim(format!("{e:#}")))?;
     let writer = if ctx.resume {
-        GroupWriter::open_or_create(&ctx.results, group, ranks)
+        GroupWriter::open_or_create(&folder, group, ranks)
     } else {
-        GroupWriter::create(&ctx.results, group, ranks)
+        GroupWriter::create(&folder, group, ranks)
     }?;
     generator.update(history.clone(), first_kernel);
     let clock = ctx.clock;
@@ -332,7 +330,7 @@ fn lead_trial<C: Communicator>(
     broadcast_value(group_comm, Some(&order))?;
     let id = TrialId { model_id, round };
     let mut out = run_trial(group_comm, ctx, id, &spec, Some(side))?;
-    let reported = if round < 3 && !out.failed {
+    let reported = if crate::train::schedule::in_warm_up(round) && !out.failed {
         predict_final_accuracy(&out.curve, ctx.epochs)
     } else {
         out.best

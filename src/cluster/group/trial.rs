@@ -140,7 +140,13 @@ pub fn run_trial<C: Communicator>(
                 out.failed = true;
                 break;
             }
-            _ => break,
+            STOP_TRIAL => break,
+            verdict => {
+                return Err(GroupError::UnknownVerdict {
+                    model_id: id.model_id,
+                    verdict,
+                })
+            }
         }
     }
     out.wall_s = started.elapsed().as_secs_f64();

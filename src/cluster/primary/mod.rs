@@ -26,8 +26,7 @@ use crate::ops::OpCount;
 use crate::search::{Hparams, Space, Tpe, TpeConfig};
 use resume::Resumed;
 
-/// Rounds 1–3 (0-based 0..3) are warm-up: no TPE (docs/design.md §2/§3).
-pub const WARMUP_ROUNDS: u32 = 3;
+pub use crate::train::schedule::WARMUP_ROUNDS;
 
 /// Where the primary's records go: `primary.h5`, or memory in tests.
 pub trait RecordSink {
@@ -133,6 +132,12 @@ pub struct PrimaryConfig {
     pub seed: u64,
     /// The run's end on the common clock.
     pub deadline_s: f64,
+    /// The run ends once this many epochs are reported over all groups, if it comes before
+    /// the deadline (`--stop-after-epochs`).
+    pub stop_after_epochs: Option<u64>,
+    /// The run ends once this many trials ended (trained, failed or stopped) over all
+    /// groups, if it comes before the deadline (`--stop-after-trials`).
+    pub stop_after_trials: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -266,7 +271,7 @@ impl<S: RecordSink> Primary<S> {
             });
         }
         // Once the end is decided, every later request is told to stop.
-        let stopping = halt || now >= self.cfg.deadline_s || self.end.is_some();
+        let stopping = halt || now >= self.cfg.deadline_s || self.end.is_some() || self.enough();
         if stopping && self.end.is_none() {
             self.end = Some(now.min(self.cfg.deadline_s));
         }
@@ -291,7 +296,14 @@ impl<S: RecordSink> Primary<S> {
                 ..
             } => {
                 self.progress(group, model_id, val_accuracy, ops)?;
-                Some(stop_or(ToGroup::Continue))
+                if self.enough() && self.end.is_none() {
+                    self.end = Some(now.min(self.cfg.deadline_s));
+                }
+                Some(if self.end.is_some() {
+                    ToGroup::Stop
+                } else {
+                    ToGroup::Continue
+                })
             }
             ToPrimary::Result {
                 model_id,
@@ -310,6 +322,10 @@ impl<S: RecordSink> Primary<S> {
                     failed,
                 };
                 self.result(group, model_id, outcome, stopping, now)?;
+                if self.enough() && self.end.is_none() {
+                    // The group's next request is told to stop.
+                    self.end = Some(now.min(self.cfg.deadline_s));
+                }
                 Some(if stopping {
                     ToGroup::Stop
                 } else {
@@ -339,6 +355,13 @@ impl<S: RecordSink> Primary<S> {
         self.totals.ops += u128::from(ops);
         self.totals.best = self.totals.best.max(val_accuracy);
         Ok(())
+    }
+
+    /// Whether the epochs `--stop-after-epochs` or the trials `--stop-after-trials` asks
+    /// for have been reported.
+    fn enough(&self) -> bool {
+        (self.cfg.stop_after_epochs).is_some_and(|n| self.totals.epochs >= n)
+            || (self.cfg.stop_after_trials).is_some_and(|n| self.history.len() as u64 >= n)
     }
 
     /// Models this group has not seen yet.
@@ -385,7 +408,7 @@ impl<S: RecordSink> Primary<S> {
     /// Warm-up rounds take the father's hyperparameters (or the preset's defaults); from
     /// the fourth round on, TPE suggests.
     fn suggest(&mut self, group: u32, father: Option<u64>) -> Hparams {
-        if self.groups[group as usize].round < WARMUP_ROUNDS {
+        if crate::train::schedule::in_warm_up(self.groups[group as usize].round) {
             return father
                 .and_then(|f| self.done.get(&f).copied())
                 .unwrap_or(self.cfg.defaults);

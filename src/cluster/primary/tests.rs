@@ -31,6 +31,8 @@ fn primary() -> Primary<MemorySink> {
             defaults: defaults(),
             seed: 9,
             deadline_s: DEADLINE,
+            stop_after_epochs: None,
+            stop_after_trials: None,
         },
     )
     .unwrap()
@@ -219,6 +221,68 @@ fn the_run_stops_at_the_deadline_and_its_end_is_the_deadline() {
         .unwrap();
     assert_eq!(p.totals().epochs, 2);
     assert_eq!(p.into_sink().trials[0].status, TrialStatus::Stopped);
+}
+
+#[test]
+fn the_run_stops_once_the_epochs_asked_for_are_reported() {
+    let mut p = Primary::new(
+        MemorySink::default(),
+        PrimaryConfig {
+            stop_after_epochs: Some(3),
+            ..primary().cfg
+        },
+    )
+    .unwrap();
+    register(&mut p, 1, 0, "resnet8");
+    register(&mut p, 3, 1, "resnet20");
+    let progress = |group, model_id| ToPrimary::Progress {
+        group,
+        model_id,
+        epoch: 1,
+        val_accuracy: 0.4,
+        ops: 1000,
+    };
+    // Epochs over all groups count: two (one per group) go on, the third ends the run then.
+    for (rank, group, model, now) in [(1, 0, 0, 100.0), (3, 1, 1, 120.0)] {
+        let reply = p.handle(rank, progress(group, model), now, false).unwrap();
+        assert_eq!(reply, Some(ToGroup::Continue));
+    }
+    assert_eq!(p.end(), None);
+    let reply = p.handle(1, progress(0, 0), 150.0, false).unwrap();
+    assert_eq!(reply, Some(ToGroup::Stop));
+    assert_eq!(p.end(), Some(150.0));
+    assert_eq!(suggest(&mut p, 3, 1, None), ToGroup::Stop);
+    assert_eq!(p.totals().epochs, 3);
+}
+
+#[test]
+fn the_run_stops_once_the_trials_asked_for_ended_failed_ones_too() {
+    let mut p = Primary::new(
+        MemorySink::default(),
+        PrimaryConfig {
+            stop_after_trials: Some(2),
+            ..primary().cfg
+        },
+    )
+    .unwrap();
+    register(&mut p, 1, 0, "resnet8");
+    register(&mut p, 3, 1, "resnet20");
+    let mut failed = result(0, 0, 0.0, defaults());
+    if let ToPrimary::Result { failed: f, .. } = &mut failed {
+        *f = true;
+    }
+    let reply = p.handle(1, failed, 50.0, false).unwrap();
+    assert!(matches!(reply, Some(ToGroup::History(_))), "{reply:?}");
+    assert_eq!(p.end(), None);
+    let reply = p.handle(3, result(1, 1, 0.5, defaults()), 70.0, false);
+    // The second trial is recorded as trained; the run ends there, and every group's next
+    // request is told so.
+    assert!(matches!(reply.unwrap(), Some(ToGroup::History(_))));
+    assert_eq!(p.end(), Some(70.0));
+    assert_eq!(suggest(&mut p, 1, 0, None), ToGroup::Stop);
+    let sink = p.into_sink();
+    let status: Vec<_> = sink.trials.iter().map(|t| t.status).collect();
+    assert_eq!(status, [TrialStatus::Failed, TrialStatus::Finished]);
 }
 
 #[test]

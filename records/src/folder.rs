@@ -1,11 +1,36 @@
-//! A results folder belongs to one job. Rank 0 refuses a `--results` folder that holds any
-//! aiperf record (a run's, an audit's, or another job's claim), then claims it atomically by
-//! an exclusive create of [`CLAIM_FILE`] holding this job's identity; every writer checks the
-//! claim is still this job's just before its first record. A resume claims the folder the
-//! same way: it is refused while the claim's job lives (its process on this host, or its
-//! claim refreshed by its [`Heartbeat`]), and a claim whose job is provably gone is taken
-//! over by one resume only. None of this relies on HDF5's file locking, which cluster
-//! filesystems often turn off.
+//! The results folder, owned by one job: [`Claimed`] is the only way to a run's writers
+//! ([`crate::writer::PrimaryWriter`], [`crate::writer::GroupWriter`] take it, not a path), and
+//! a `Claimed` exists only once this job holds the folder's claim. Rank 0 refuses a folder
+//! that holds any aiperf record (a run's, an audit's, or another job's claim), then claims it
+//! atomically by an exclusive create of [`CLAIM_FILE`] holding this job's identity; every
+//! other writer confirms the claim is still this job's before its first record. A resume
+//! claims the folder the same way: refused while the claim's job lives (its process on this
+//! host, or its claim refreshed by its [`Heartbeat`]), and a claim whose job is provably gone
+//! is taken over by one resume only. None of this relies on HDF5's file locking, which
+//! cluster filesystems often turn off.
+//!
+//! A writer cannot be opened on a bare path, nor a `Claimed` made but by holding the claim:
+//!
+//! ```compile_fail
+//! # fn f(meta: &aiperf_records::writer::RunMeta) {
+//! let p = aiperf_records::writer::PrimaryWriter::create(std::path::Path::new("results/x"), meta);
+//! # }
+//! ```
+//!
+//! ```compile_fail
+//! let forged = aiperf_records::folder::Claimed {
+//!     dir: "results/x".into(),
+//!     claim: aiperf_records::folder::Claim::new("me"),
+//! };
+//! ```
+//!
+//! ```
+//! # fn f(meta: &aiperf_records::writer::RunMeta) -> anyhow::Result<()> {
+//! use aiperf_records::folder::{claim_fresh, identity};
+//! let folder = claim_fresh(std::path::Path::new("results/x"), &identity(0.0))?;
+//! let p = aiperf_records::writer::PrimaryWriter::create(&folder, meta)?;
+//! # Ok(()) }
+//! ```
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -38,8 +63,26 @@ pub fn identity(t0_s: f64) -> String {
     let started = process_start(pid).map_or(String::new(), |t| format!(" started {t}"));
     format!(
         "aiperf run on {} pid {pid}{started} ({job}), run start {t0_s:.3}, nonce {nanos:09}",
-        super::bootstrap::host_name(),
+        host_name(),
     )
+}
+
+/// This host's name, as the kernel has it (`/proc/sys/kernel/hostname`; empty if unreadable).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// Whether this process may create entries in folder `dir` (`access(2)`, write and search).
+pub fn writable(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }
 
 /// When process `pid` of this host started, in clock ticks since boot (`/proc/PID/stat`'s
@@ -71,8 +114,8 @@ fn records_in(dir: &Path) -> anyhow::Result<Vec<String>> {
     let mut records: Vec<String> = entries
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| {
-            n == aiperf_records::schema::PRIMARY_FILE
-                || n == aiperf_records::audit::AUDIT_FILE
+            n == crate::schema::PRIMARY_FILE
+                || n == crate::schema::AUDIT_FILE
                 || n == CLAIM_FILE
                 || (n.starts_with("group-") && n.ends_with(".h5"))
         })
@@ -106,12 +149,12 @@ pub fn check_fresh(dir: &Path) -> anyhow::Result<()> {
 /// Rank 0, for a fresh run once every check has passed, just before the roles start: `dir`
 /// (checked again, as another job may have started meanwhile) is created if need be and
 /// claimed for this job (`identity`) by an exclusive create.
-pub fn claim_fresh(dir: &Path, identity: &str) -> anyhow::Result<()> {
+pub fn claim_fresh(dir: &Path, identity: &str) -> anyhow::Result<Claimed> {
     check_fresh(dir)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| anyhow::anyhow!("--results {}: cannot be created: {e}", dir.display()))?;
     if create_claim(dir, identity)? {
-        Ok(())
+        Ok(Claimed::new(dir, identity, None))
     } else {
         Err(claimed_by_another(dir))
     }
@@ -154,6 +197,36 @@ pub const BEAT: Duration = Duration::from_secs(2);
 /// beats, so a busy machine's late beat is still seen.
 pub const WATCH: Duration = Duration::from_millis(7_000);
 
+/// A results folder this job holds: made only by [`claim_fresh`], [`take_over`] and
+/// [`confirm`], each of which has seen this job's claim in place; the run's writers take it.
+#[derive(Debug)]
+pub struct Claimed {
+    dir: PathBuf,
+    claim: Claim,
+}
+
+impl Claimed {
+    fn new(dir: &Path, me: &str, replaces: Option<&str>) -> Claimed {
+        Claimed {
+            dir: dir.to_path_buf(),
+            claim: Claim {
+                me: me.into(),
+                replaces: replaces.map(String::from),
+            },
+        }
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The claim held, which the job's other ranks confirm with [`confirm`].
+    pub fn claim(&self) -> &Claim {
+        &self.claim
+    }
+}
+
 /// A job's claim on its results folder, as its writers check it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Claim {
@@ -162,6 +235,16 @@ pub struct Claim {
     /// The claim of the gone job this (resumed) job took over, which a writer may replace
     /// where it finds it (a folder on a node's own disk).
     pub replaces: Option<String>,
+}
+
+impl Claim {
+    /// A fresh claim by the job `me` (one that takes no gone job's claim over).
+    pub fn new(me: &str) -> Claim {
+        Claim {
+            me: me.into(),
+            replaces: None,
+        }
+    }
 }
 
 /// Whether a claim's job still runs, and why it is said so.
@@ -190,7 +273,7 @@ fn holder_of(text: &str) -> Option<(&str, u32, Option<u64>)> {
 /// same name in another container proves nothing by its process table alone).
 fn liveness(dir: &Path, text: &str) -> Liveness {
     let holder = holder_of(text);
-    let here = holder.filter(|h| h.0 == super::bootstrap::host_name());
+    let here = holder.filter(|h| h.0 == host_name());
     if let Some((host, pid, started)) = here {
         let runs = process_start(pid)
             .is_some_and(|t| started.map_or(pid != std::process::id(), |s| s == t));
@@ -266,7 +349,13 @@ fn being_taken(dir: &Path, taker: &str) -> anyhow::Error {
 /// [`check_resume`] found gone (`None`: it held no claim): one taker at a time (an exclusive
 /// create of `.aiperf-claim.taking`), and only while the claim is still `stale` (another resume
 /// may have taken it since).
-pub fn take_over(dir: &Path, stale: Option<&str>, me: &str) -> anyhow::Result<()> {
+pub fn take_over(dir: &Path, stale: Option<&str>, me: &str) -> anyhow::Result<Claimed> {
+    replace_claim(dir, stale, me)?;
+    Ok(Claimed::new(dir, me, stale))
+}
+
+/// [`take_over`]'s work: the claim file replaced, or created where there was none.
+fn replace_claim(dir: &Path, stale: Option<&str>, me: &str) -> anyhow::Result<()> {
     let Some(stale) = stale else {
         return match create_claim(dir, me)? {
             true => Ok(()),
@@ -297,16 +386,28 @@ pub fn take_over(dir: &Path, stale: Option<&str>, me: &str) -> anyhow::Result<()
     taken
 }
 
-/// Before a writer's first record: the claim in `dir` must still be this job's. A folder on
-/// another node's own disk (no shared filesystem) holds no claim yet, or the claim of the
-/// gone job a resume took over: it is claimed there.
-pub fn confirm(dir: &Path, claim: &Claim) -> anyhow::Result<()> {
+/// Before a writer's first record, on any rank: the claim in `dir` must still be this job's.
+/// A folder on another node's own disk (no shared filesystem) may not exist yet (it is
+/// created), may hold no claim yet, or the claim of the gone job a resume took over: it is
+/// claimed there.
+pub fn confirm(dir: &Path, claim: &Claim) -> anyhow::Result<Claimed> {
+    confirmed(dir, claim)?;
+    Ok(Claimed {
+        dir: dir.to_path_buf(),
+        claim: claim.clone(),
+    })
+}
+
+fn confirmed(dir: &Path, claim: &Claim) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("--results {}: cannot be created: {e}", dir.display()))?;
     let ours = || read_claim(dir).is_ok_and(|t| t == claim.me);
     match read_claim(dir) {
         Ok(text) if text == claim.me => Ok(()),
         Ok(text) if Some(&text) == claim.replaces.as_ref() => {
             // Another writer of this job on the node may have taken it over first.
-            take_over(dir, Some(&text), &claim.me).or_else(|e| if ours() { Ok(()) } else { Err(e) })
+            replace_claim(dir, Some(&text), &claim.me)
+                .or_else(|e| if ours() { Ok(()) } else { Err(e) })
         }
         Ok(_) => Err(claimed_by_another(dir)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -330,10 +431,14 @@ pub struct Heartbeat {
 }
 
 impl Heartbeat {
-    /// Starts refreshing `dir`'s claim, which holds `me`.
-    pub fn start(dir: &Path, me: &str) -> Heartbeat {
+    /// Starts refreshing the claim of `folder`.
+    pub fn start(folder: &Claimed) -> Heartbeat {
         let stop = Arc::new(AtomicBool::new(false));
-        let (flag, dir, me) = (Arc::clone(&stop), dir.to_path_buf(), me.to_string());
+        let (flag, dir, me) = (
+            Arc::clone(&stop),
+            folder.dir.clone(),
+            folder.claim.me.clone(),
+        );
         let thread = std::thread::spawn(move || {
             let mut last = Instant::now();
             while !flag.load(Ordering::Relaxed) {
@@ -403,166 +508,11 @@ fn creatable(dir: &Path) -> anyhow::Result<()> {
     if !ancestor.is_dir() {
         return Err(refuse("is not a folder"));
     }
-    if !crate::host::writable(ancestor) {
+    if !writable(ancestor) {
         return Err(refuse("is not writable"));
     }
     Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn ours(me: &str) -> Claim {
-        Claim {
-            me: me.into(),
-            replaces: None,
-        }
-    }
-
-    /// The identity of a process of this host that has ended.
-    fn gone_identity() -> String {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
-        format!(
-            "aiperf run on {} pid {pid} started 1 (no batch job), run start 0.000, nonce 000000001",
-            crate::cluster::bootstrap::host_name()
-        )
-    }
-
-    #[test]
-    fn two_jobs_that_both_found_the_folder_empty_cannot_both_claim_it() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("run");
-        claim_fresh(&dir, "job A").unwrap();
-        let err = format!("{:#}", claim_fresh(&dir, "job B").unwrap_err());
-        assert!(err.contains("claimed by another job (job A)"), "{err}");
-        assert_eq!(
-            std::fs::read_to_string(dir.join(CLAIM_FILE)).unwrap(),
-            "job A"
-        );
-        confirm(&dir, &ours("job A")).unwrap();
-        assert!(confirm(&dir, &ours("job B")).is_err());
-    }
-
-    #[test]
-    fn a_claim_taken_over_after_the_check_stops_the_first_record() {
-        let tmp = tempfile::tempdir().unwrap();
-        claim_fresh(tmp.path(), "job A").unwrap();
-        // Another job replaced the claim (a race the exclusive create cannot see, e.g. a
-        // resume of a folder it believes its own): A's writers must not write.
-        take_over(tmp.path(), Some("job A"), "job B").unwrap();
-        let err = format!("{:#}", confirm(tmp.path(), &ours("job A")).unwrap_err());
-        assert!(err.contains("claimed by another job (job B)"), "{err}");
-    }
-
-    #[test]
-    fn a_node_local_folder_is_claimed_by_its_first_writer() {
-        let tmp = tempfile::tempdir().unwrap();
-        confirm(tmp.path(), &ours("job A")).unwrap();
-        confirm(tmp.path(), &ours("job A")).unwrap();
-        assert!(confirm(tmp.path(), &ours("job B")).is_err());
-    }
-
-    #[test]
-    fn a_folder_holding_only_an_audit_is_refused() {
-        let tmp = tempfile::tempdir().unwrap();
-        std::fs::write(tmp.path().join("audit.h5"), b"another run's audit").unwrap();
-        let err = format!("{:#}", claim_fresh(tmp.path(), "job A").unwrap_err());
-        assert!(
-            err.contains("holds the records of a run (audit.h5)"),
-            "{err}"
-        );
-        assert!(!tmp.path().join(CLAIM_FILE).exists());
-    }
-
-    #[test]
-    fn a_resume_of_a_folder_whose_job_runs_is_refused_at_once() {
-        let tmp = tempfile::tempdir().unwrap();
-        let me = identity(1.0);
-        claim_fresh(tmp.path(), &me).unwrap();
-        let started = Instant::now();
-        let err = format!("{:#}", check_resume(tmp.path()).unwrap_err());
-        assert!(
-            err.contains("its job still runs")
-                && err.contains(&format!("its process {}", std::process::id())),
-            "{err}"
-        );
-        assert!(
-            started.elapsed() < WATCH,
-            "a process of this host needs no watch"
-        );
-    }
-
-    #[test]
-    fn a_claim_refreshed_by_its_heartbeat_is_alive_though_its_process_is_not_seen() {
-        // A job whose process this host cannot see (another container of the same host
-        // name, another host): its heartbeat alone keeps the folder.
-        let tmp = tempfile::tempdir().unwrap();
-        let other = gone_identity();
-        claim_fresh(tmp.path(), &other).unwrap();
-        let _beat = Heartbeat::start(tmp.path(), &other);
-        let err = format!("{:#}", check_resume(tmp.path()).unwrap_err());
-        assert!(err.contains("its claim was refreshed within"), "{err}");
-    }
-
-    #[test]
-    fn a_gone_job_is_taken_over_by_one_resume_only() {
-        let tmp = tempfile::tempdir().unwrap();
-        let gone = gone_identity();
-        claim_fresh(tmp.path(), &gone).unwrap();
-        // Both resumes found the job gone; the first takes the folder, the second is refused.
-        let stale = check_resume(tmp.path()).unwrap();
-        assert_eq!(stale.as_deref(), Some(gone.as_str()));
-        take_over(tmp.path(), stale.as_deref(), "resume A").unwrap();
-        let err = format!(
-            "{:#}",
-            take_over(tmp.path(), stale.as_deref(), "resume B").unwrap_err()
-        );
-        assert!(err.contains("claimed by another job (resume A)"), "{err}");
-        assert_eq!(read_claim(tmp.path()).unwrap(), "resume A");
-        assert!(!tmp.path().join(TAKING_FILE).exists());
-        // A takeover under way (its marker present) refuses every other resume at once.
-        std::fs::write(tmp.path().join(TAKING_FILE), "resume C").unwrap();
-        let err = format!("{:#}", check_resume(tmp.path()).unwrap_err());
-        assert!(
-            err.contains("another resume is taking the folder over (resume C)"),
-            "{err}"
-        );
-        let err = format!(
-            "{:#}",
-            take_over(tmp.path(), Some("resume A"), "resume D").unwrap_err()
-        );
-        assert!(err.contains("another resume is taking"), "{err}");
-        assert_eq!(read_claim(tmp.path()).unwrap(), "resume A");
-    }
-
-    #[test]
-    fn a_node_local_claim_of_the_gone_job_is_replaced_by_the_resumed_one() {
-        let tmp = tempfile::tempdir().unwrap();
-        claim_fresh(tmp.path(), "job A").unwrap();
-        let resumed = Claim {
-            me: "job B".into(),
-            replaces: Some("job A".into()),
-        };
-        confirm(tmp.path(), &resumed).unwrap();
-        confirm(tmp.path(), &resumed).unwrap();
-        assert_eq!(read_claim(tmp.path()).unwrap(), "job B");
-        let third = Claim {
-            me: "job C".into(),
-            replaces: Some("job A".into()),
-        };
-        assert!(confirm(tmp.path(), &third).is_err());
-    }
-
-    #[test]
-    fn an_identity_names_its_host_pid_and_process_start() {
-        let me = identity(3.0);
-        let (host, pid, started) = holder_of(&me).unwrap();
-        assert_eq!(host, crate::cluster::bootstrap::host_name());
-        assert_eq!(pid, std::process::id());
-        assert_eq!(started, process_start(pid));
-        assert!(started.is_some());
-    }
-}
+mod tests;
