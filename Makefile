@@ -1,7 +1,7 @@
 # aiperf — `make run` and `make test` do all set-up on a fresh Debian machine (see README.md).
 SHELL := /bin/bash
 
-.PHONY: all setup setup-test build data run test image lint bench-data bench-ops bench-search bench-score bench-train bench-run-pairs bench-auto bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static docs-figures test-reframe clean
+.PHONY: all setup setup-test build data run test image lint bench-data bench-ops bench-search bench-score bench-audit-power bench-train bench-run-pairs bench-auto bench-comm bench-primary weak-scaling gpu-bundle gpu-rehearse score-static docs-figures test-reframe clean
 
 all: build
 
@@ -49,6 +49,10 @@ bench-search: build
 
 bench-score: setup
 	scripts/bench-score
+
+# The statistical audit's power against its cost, from one generous audit: RUN=results/<run>.
+bench-audit-power: setup
+	scripts/bench-audit-power $(RUN)
 
 bench-train: data
 	scripts/bench-train

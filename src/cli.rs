@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use aiperf_records::audit::{DEFAULT_ALPHA, DEFAULT_SEEDS, DEFAULT_TRIALS};
+use aiperf_records::audit::{DEFAULT_ALPHA, DEFAULT_EPOCHS, DEFAULT_SEEDS, DEFAULT_TRIALS};
 use anyhow::bail;
 use clap::{Parser, Subcommand};
 
@@ -321,8 +321,8 @@ pub struct AuditArgs {
     #[arg(long, default_value_t = DEFAULT_TRIALS)]
     pub trials: usize,
     /// Epochs of each drawn trial to re-train and compare (at most its recorded epochs; the
-    /// best trial up to the epoch that reached its accuracy).
-    #[arg(long, default_value_t = 1)]
+    /// best trial up to the epoch that reached its accuracy, or K if later).
+    #[arg(long, default_value_t = DEFAULT_EPOCHS)]
     pub epochs: u32,
     /// The dataset's folder (default: the one the run recorded, else $AIPERF_DATA/<dataset>).
     #[arg(long)]
