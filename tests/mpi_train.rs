@@ -63,7 +63,9 @@ fn check_records(dir: &Path, ranks: u64, train: u64, val: u64) -> usize {
         // second or more apart (one interval, less the clock's jitter).
         assert!(g.monitor.len() >= 2, "{} monitor samples", g.monitor.len());
         assert!(
-            g.monitor.windows(2).all(|w| w[1].time_s - w[0].time_s > 0.9),
+            g.monitor
+                .windows(2)
+                .all(|w| w[1].time_s - w[0].time_s > 0.9),
             "samples closer than the interval"
         );
         assert!(g.monitor.windows(2).all(|w| w[0].time_s < w[1].time_s));
