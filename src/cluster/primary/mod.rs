@@ -361,7 +361,7 @@ impl<S: RecordSink> Primary<S> {
     /// for have been reported.
     fn enough(&self) -> bool {
         (self.cfg.stop_after_epochs).is_some_and(|n| self.totals.epochs >= n)
-            || (self.cfg.stop_after_trials).is_some_and(|n| self.history.len() as u64 >= n)
+            || (self.cfg.stop_after_trials).is_some_and(|n| self.done.len() as u64 >= n)
     }
 
     /// Models this group has not seen yet.

@@ -268,8 +268,12 @@ fn the_run_stops_once_the_trials_asked_for_ended_failed_ones_too() {
     register(&mut p, 1, 0, "resnet8");
     register(&mut p, 3, 1, "resnet20");
     let mut failed = result(0, 0, 0.0, defaults());
-    if let ToPrimary::Result { failed: f, .. } = &mut failed {
-        *f = true;
+    // Failed in its first epoch: no epoch completed, so it is not in the history, yet it ended.
+    if let ToPrimary::Result {
+        failed: f, epochs, ..
+    } = &mut failed
+    {
+        (*f, *epochs) = (true, 0);
     }
     let reply = p.handle(1, failed, 50.0, false).unwrap();
     assert!(matches!(reply, Some(ToGroup::History(_))), "{reply:?}");
