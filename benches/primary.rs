@@ -168,11 +168,7 @@ fn main() {
     bands.push(history);
     let dir = std::env::temp_dir().join(format!("aiperf-bench-primary-{}", std::process::id()));
     let writer = PrimaryWriter::create(
-        &aiperf_records::folder::confirm(
-            &dir,
-            &aiperf_records::folder::Claim::new("aiperf primary bench"),
-        )
-        .expect("claim"),
+        &aiperf_records::folder::held_by(&dir, "aiperf primary bench").expect("claim"),
         &meta(groups as u32),
     )
     .expect("primary.h5");

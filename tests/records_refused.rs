@@ -41,11 +41,7 @@ fn stopped_run(dir: &Path, format: &str) {
     };
     drop(
         PrimaryWriter::create(
-            &aiperf_records::folder::confirm(
-                dir,
-                &aiperf_records::folder::Claim::new("aiperf records test"),
-            )
-            .expect("claim"),
+            &aiperf_records::folder::held_by(dir, "aiperf records test").expect("claim"),
             &meta,
         )
         .unwrap(),
@@ -112,11 +108,7 @@ fn regression_a_primary_of_another_schema_than_its_group_files_is_an_error_namin
     stopped_run(tmp.path(), "nchw");
     drop(
         aiperf_records::writer::GroupWriter::create(
-            &aiperf_records::folder::confirm(
-                tmp.path(),
-                &aiperf_records::folder::Claim::new("aiperf records test"),
-            )
-            .expect("claim"),
+            &aiperf_records::folder::held_by(tmp.path(), "aiperf records test").expect("claim"),
             0,
             1,
         )

@@ -32,11 +32,7 @@ fn main() {
         search_json: "{}".into(),
     };
     let p = PrimaryWriter::create(
-        &aiperf_records::folder::confirm(
-            tmp.path(),
-            &aiperf_records::folder::Claim::new("aiperf score bench"),
-        )
-        .expect("claim"),
+        &aiperf_records::folder::held_by(tmp.path(), "aiperf score bench").expect("claim"),
         &meta,
     )
     .expect("primary");
@@ -63,11 +59,7 @@ fn main() {
             })
             .collect();
         GroupWriter::create(
-            &aiperf_records::folder::confirm(
-                tmp.path(),
-                &aiperf_records::folder::Claim::new("aiperf score bench"),
-            )
-            .expect("claim"),
+            &aiperf_records::folder::held_by(tmp.path(), "aiperf score bench").expect("claim"),
             g,
             8,
         )

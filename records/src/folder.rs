@@ -423,6 +423,12 @@ fn confirmed(dir: &Path, claim: &Claim) -> anyhow::Result<()> {
     }
 }
 
+/// `dir` held by the job `me` with a fresh claim ([`Claim::new`] confirmed): how a tool or
+/// test that is its own job gets a folder its writers may write.
+pub fn held_by(dir: &Path, me: &str) -> anyhow::Result<Claimed> {
+    confirm(dir, &Claim::new(me))
+}
+
 /// Rank 0's refresh of its claim while the job lives (every [`BEAT`], while the claim is
 /// still this job's); it stops when dropped.
 pub struct Heartbeat {

@@ -523,11 +523,7 @@ mod tests {
             ..meta()
         };
         let p = PrimaryWriter::create(
-            &crate::folder::confirm(
-                tmp.path(),
-                &crate::folder::Claim::new("aiperf records test"),
-            )
-            .expect("claim"),
+            &crate::folder::held_by(tmp.path(), "aiperf records test").expect("claim"),
             &m,
         )
         .unwrap();
@@ -568,11 +564,7 @@ mod tests {
             digest: [0; 32],
         };
         crate::writer::GroupWriter::create(
-            &crate::folder::confirm(
-                tmp.path(),
-                &crate::folder::Claim::new("aiperf records test"),
-            )
-            .expect("claim"),
+            &crate::folder::held_by(tmp.path(), "aiperf records test").expect("claim"),
             0,
             1,
         )
@@ -588,11 +580,7 @@ mod tests {
         let _serial = serial();
         let tmp = tempfile::tempdir().unwrap();
         PrimaryWriter::create(
-            &crate::folder::confirm(
-                tmp.path(),
-                &crate::folder::Claim::new("aiperf records test"),
-            )
-            .expect("claim"),
+            &crate::folder::held_by(tmp.path(), "aiperf records test").expect("claim"),
             &meta(),
         )
         .unwrap()

@@ -5,14 +5,14 @@
 
 use std::path::Path;
 
-use aiperf_records::folder::{self, Claim, Claimed};
+use aiperf_records::folder::{self, Claimed};
 use aiperf_records::schema::{EpochRow, MonitorRow, TpeRow, TrialRow, TrialStatus};
 use aiperf_records::writer::{GroupWriter, PrimaryWriter, RunMeta};
 
 /// The run's start, Unix seconds.
 /// `dir` held by the tests' job, as a run's writers need it (created and claimed if need be).
 pub fn held(dir: impl AsRef<Path>) -> Claimed {
-    folder::confirm(dir.as_ref(), &Claim::new("aiperf records test")).expect("claim")
+    folder::held_by(dir.as_ref(), "aiperf records test").expect("claim")
 }
 
 pub const T0: f64 = 1_800_000_000.0;

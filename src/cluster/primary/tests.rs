@@ -23,19 +23,20 @@ fn defaults() -> Hparams {
 
 /// Two groups, led by world ranks 1 and 3.
 fn primary() -> Primary<MemorySink> {
-    Primary::new(
-        MemorySink::default(),
-        PrimaryConfig {
-            leaders: vec![1, 3],
-            space: space(),
-            defaults: defaults(),
-            seed: 9,
-            deadline_s: DEADLINE,
-            stop_after_epochs: None,
-            stop_after_trials: None,
-        },
-    )
-    .unwrap()
+    primary_with(PrimaryConfig {
+        leaders: vec![1, 3],
+        space: space(),
+        defaults: defaults(),
+        seed: 9,
+        deadline_s: DEADLINE,
+        stop_after_epochs: None,
+        stop_after_trials: None,
+    })
+}
+
+/// A primary with `cfg` (built from [`primary`]'s).
+fn primary_with(cfg: PrimaryConfig) -> Primary<MemorySink> {
+    Primary::new(MemorySink::default(), cfg).unwrap()
 }
 
 fn graph(name: &str) -> Graph {
@@ -225,14 +226,10 @@ fn the_run_stops_at_the_deadline_and_its_end_is_the_deadline() {
 
 #[test]
 fn the_run_stops_once_the_epochs_asked_for_are_reported() {
-    let mut p = Primary::new(
-        MemorySink::default(),
-        PrimaryConfig {
-            stop_after_epochs: Some(3),
-            ..primary().cfg
-        },
-    )
-    .unwrap();
+    let mut p = primary_with(PrimaryConfig {
+        stop_after_epochs: Some(3),
+        ..primary().cfg
+    });
     register(&mut p, 1, 0, "resnet8");
     register(&mut p, 3, 1, "resnet20");
     let progress = |group, model_id| ToPrimary::Progress {
@@ -257,14 +254,10 @@ fn the_run_stops_once_the_epochs_asked_for_are_reported() {
 
 #[test]
 fn the_run_stops_once_the_trials_asked_for_ended_failed_ones_too() {
-    let mut p = Primary::new(
-        MemorySink::default(),
-        PrimaryConfig {
-            stop_after_trials: Some(2),
-            ..primary().cfg
-        },
-    )
-    .unwrap();
+    let mut p = primary_with(PrimaryConfig {
+        stop_after_trials: Some(2),
+        ..primary().cfg
+    });
     register(&mut p, 1, 0, "resnet8");
     register(&mut p, 3, 1, "resnet20");
     let mut failed = result(0, 0, 0.0, defaults());
