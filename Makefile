@@ -7,20 +7,20 @@ all: build
 
 # What building and running need (OpenMPI, HDF5, libtorch — CUDA on a node with GPUs —, the dataset).
 setup:
-	scripts/setup
+	scripts/dev/setup
 
 # What only the tests need besides (SLURM, munge, the virtual cluster's tools, Chromium, patchelf).
 setup-test:
-	scripts/setup-test
+	scripts/dev/setup-test
 
 build: setup
-	scripts/cargo build --release --workspace
+	scripts/dev/cargo build --release --workspace
 
 data: build
-	scripts/prepare-data
+	scripts/tools/prepare-data
 
 run: data
-	scripts/run
+	scripts/tools/run
 
 # The container images aiperf:cpu and aiperf:cuda (container/Dockerfile), from Debian's
 # packages where no registry is reachable; IMAGES="cpu" builds one.
@@ -28,67 +28,67 @@ image: setup
 	container/build
 
 test: build setup-test
-	scripts/test
+	scripts/dev/test
 
 lint: setup
-	scripts/cargo fmt --all --check
-	scripts/cargo clippy --release --workspace --all-targets -- -D warnings
-	RUSTDOCFLAGS="-D warnings" scripts/cargo doc --release --workspace --no-deps
+	scripts/dev/cargo fmt --all --check
+	scripts/dev/cargo clippy --release --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" scripts/dev/cargo doc --release --workspace --no-deps
 
 bench-data: data
-	scripts/bench-data
+	scripts/bench/bench-data
 
 bench-ops: build
-	scripts/bench-ops
+	scripts/bench/bench-ops
 
 clean:
 	cargo clean
 
 bench-search: build
-	scripts/bench-search
+	scripts/bench/bench-search
 
 bench-score: setup
-	scripts/bench-score
+	scripts/bench/bench-score
 
 # The statistical audit's power against its cost, from one generous audit: RUN=results/<run>.
 bench-audit-power: setup
-	scripts/bench-audit-power $(RUN)
+	scripts/bench/bench-audit-power $(RUN)
 
 bench-train: data
-	scripts/bench-train
+	scripts/bench/bench-train
 
 # `make run`'s preset before and after (default: fp32 NCHW against the preset's auto), interleaved pairs.
 bench-run-pairs: data
-	scripts/bench-run-pairs
+	scripts/bench/bench-run-pairs
 
 # `auto` precision and memory format against every fixed choice on `make run`'s preset, interleaved rounds.
 bench-auto: data
-	scripts/bench-auto
+	scripts/bench/bench-auto
 
 bench-comm: build
-	scripts/bench-comm
+	scripts/bench/bench-comm
 
 bench-primary: build
-	scripts/bench-primary
+	scripts/bench/bench-primary
 
 weak-scaling: build setup-test
-	scripts/weak-scaling
+	scripts/tools/weak-scaling
 
 # aiperf-score as one static executable for reviewers (HDF5 built in; no runtime libraries).
 # Needs only Rust, a C compiler and python3: not the set-up of `make setup`.
 score-static:
-	scripts/build-static-score
+	scripts/dev/build-static-score
 
 # The ReFrame check on this machine (root): mpirun and a private SLURM, figures against the scorer.
 test-reframe: build setup-test
-	scripts/test-reframe
+	scripts/dev/test-reframe
 
 # The docs' pictures, redrawn from the committed record set (docs/img/).
 docs-figures: build
-	scripts/docs-figures
+	scripts/dev/docs-figures
 
 gpu-bundle: setup setup-test
-	scripts/gpu-bundle
+	scripts/tools/gpu-bundle
 
 gpu-rehearse: gpu-bundle
-	scripts/gpu-rehearse
+	scripts/tools/gpu-rehearse

@@ -83,7 +83,7 @@ fn main() {
     mpi_shim();
     println!("cargo:rerun-if-env-changed=DEP_TCH_LIBTORCH_LIB");
     let Ok(lib) = std::env::var("DEP_TCH_LIBTORCH_LIB") else {
-        panic!("torch-sys did not export DEP_TCH_LIBTORCH_LIB: the autograd-hook shim needs libtorch's headers and the binary its rpath (build with scripts/cargo, or set LIBTORCH)");
+        panic!("torch-sys did not export DEP_TCH_LIBTORCH_LIB: the autograd-hook shim needs libtorch's headers and the binary its rpath (build with scripts/dev/cargo, or set LIBTORCH)");
     };
     hooks_shim(&lib);
     println!("cargo:rustc-link-arg=-Wl,-rpath,{lib}");

@@ -1,4 +1,4 @@
-//! Loader throughput benchmark (run by `scripts/bench-data`, not a test): images/s of the
+//! Loader throughput benchmark (run by `scripts/bench/bench-data`, not a test): images/s of the
 //! aiperf loader over one packed split, beside the memory limit of copying the same bytes
 //! in the same order. Prints one JSON object per measurement for the script to tabulate.
 //! With `--make-synthetic DIR` it instead writes a CIFAR-shaped pack of random images.

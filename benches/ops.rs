@@ -1,4 +1,4 @@
-//! Op-counting and validation speed on ResNet-50 (run by `scripts/bench-ops`, not a test):
+//! Op-counting and validation speed on ResNet-50 (run by `scripts/bench/bench-ops`, not a test):
 //! both run for every candidate architecture the search proposes, so they must cost well
 //! under a millisecond. Prints the median of many timed batches.
 

@@ -1,4 +1,4 @@
-//! The primary at paper scale (run by `scripts/bench-primary`, not a test): rank 0's state
+//! The primary at paper scale (run by `scripts/bench/bench-primary`, not a test): rank 0's state
 //! machine, writing a real `primary.h5`, serving PAPER_GROUPS replica groups (the paper's 512) in
 //! turn until the history holds HISTORY trained models (thousands), on ResNet-50-sized
 //! architectures. Each group's trial is the requests a leader sends — Register, Suggest,

@@ -1,4 +1,4 @@
-//! Search benchmark (run by `scripts/bench-search`, not a test): time to propose one new
+//! Search benchmark (run by `scripts/bench/bench-search`, not a test): time to propose one new
 //! architecture from trained histories of 10, 50 and 200 models, on 1 and 2 threads, with the
 //! search work done (annealing steps, neighbours, acquisitions, distances); and time per TPE
 //! suggestion at 100 observations. Prints one JSON object per measurement.

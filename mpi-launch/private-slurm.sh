@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Sourced, never run: a private SLURM for tests and for trying the templates — munged and
 # the SLURM daemons as root with their configuration, state, spool, pid and log files in one
-# work folder, nothing of the system's own SLURM or munge touched. Used by scripts/test-slurm
+# work folder, nothing of the system's own SLURM or munge touched. Used by scripts/dev/test-slurm
 # (one node: this machine), by mpi-launch/virtual-cluster (slurmctld here, one slurmd per
 # virtual node) and by container/node (one slurmd per container host). The caller starts
 # slurmctld and the slurmds itself (where they run is what differs), with `-f "$conf"`.
@@ -19,7 +19,7 @@ pslurm_check_tools() {
         command -v "$b" >/dev/null || missing+=("$b")
     done
     if [ "${#missing[@]}" -gt 0 ]; then
-        echo "private SLURM: missing ${missing[*]}: install munge slurm-wlm slurmctld slurmd slurm-client (scripts/setup does)" >&2
+        echo "private SLURM: missing ${missing[*]}: install munge slurm-wlm slurmctld slurmd slurm-client (scripts/dev/setup does)" >&2
         return 1
     fi
 }

@@ -143,7 +143,7 @@ mod tests {
     #[test]
     fn without_a_driver_the_capability_is_an_error_that_says_so() {
         if std::path::Path::new("/dev/nvidia0").exists() {
-            return; // a GPU node answers with a capability (scripts/gpu-check runs there)
+            return; // a GPU node answers with a capability (scripts/tools/gpu-check runs there)
         }
         let e = capability(0).unwrap_err();
         assert!(e.contains(LIBCUDA) || e.contains("cuInit"), "{e}");

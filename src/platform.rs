@@ -42,7 +42,7 @@ pub struct Platform {
     /// aiperf's version.
     pub aiperf_version: String,
     /// The directory of the libtorch loaded now (from /proc/self/maps; a relocated build, such
-    /// as scripts/gpu-bundle's, loads the machine's own).
+    /// as scripts/tools/gpu-bundle's, loads the machine's own).
     pub libtorch_lib: String,
     /// The libtorch directory the build linked against.
     pub libtorch_built: String,

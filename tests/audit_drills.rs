@@ -1,5 +1,5 @@
 //! The forger's drills against `aiperf audit`, under a real `mpirun`, with the forger's tool
-//! written from results/README.md alone (`scripts/audit_drill.py`): from an honest short run
+//! written from results/README.md alone (`scripts/tools/audit_drill.py`): from an honest short run
 //! recorded under kernel pins, (a) every accuracy raised by 0.03 and every loss lowered by as
 //! much, claiming the auditor's platform, fails the exact audit; (b) the same claiming another
 //! processor fails the statistical audit; (c) a trial replaced by a copy of another under its
@@ -14,13 +14,13 @@ mod common;
 mod audit_common;
 use audit_common::{audit, audit_with, copy_run, other_platform, record_on, Recording};
 
-/// `scripts/audit_drill.py SRC DST ARGS` with the h5py venv's Python: the forged copy.
+/// `scripts/tools/audit_drill.py SRC DST ARGS` with the h5py venv's Python: the forged copy.
 fn forge(src: &Path, name: &str, args: &[&str]) -> PathBuf {
     let python = std::env::var_os("AIPERF_H5PY_PYTHON").expect(
-        "set AIPERF_H5PY_PYTHON to a Python with h5py (scripts/setup-h5py-venv prints one; make test sets it)",
+        "set AIPERF_H5PY_PYTHON to a Python with h5py (scripts/dev/setup-h5py-venv prints one; make test sets it)",
     );
     let dst = src.parent().unwrap().join(name);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/audit_drill.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/tools/audit_drill.py");
     let out = common::output(
         std::process::Command::new(python)
             .arg(script)

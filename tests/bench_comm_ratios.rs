@@ -1,4 +1,4 @@
-//! `scripts/bench_comm_ratios.py`, bench-comm's tables: the exchange against the
+//! `scripts/bench/bench_comm_ratios.py`, bench-comm's tables: the exchange against the
 //! best raw call both as a ratio of the rounds' medians and paired operation by operation
 //! over every round, from comm-bench records written here with known times.
 
@@ -47,7 +47,7 @@ fn round(in_place: [f64; 3], exchange: [f64; 3], with_times: bool, leave_out: &[
 }
 
 fn ratios(args: &[&str]) -> String {
-    common::python_script("bench_comm_ratios.py", args)
+    common::python_script("bench/bench_comm_ratios.py", args)
 }
 
 fn line_of<'t>(text: &'t str, bytes: &str) -> &'t str {

@@ -134,7 +134,7 @@ fn doctor_under_mpirun_reports_every_rank() {
         .output()
         .unwrap_or_else(|e| {
             panic!(
-                "{}: {e} (is OpenMPI installed? run scripts/setup)",
+                "{}: {e} (is OpenMPI installed? run scripts/dev/setup)",
                 launcher.display()
             )
         });

@@ -3,7 +3,7 @@
 //! libraries (container/check-image); a run over four hosts through mpirun and ssh, scored,
 //! audited, and its folder claimed across hosts; the repository's sbatch template under a
 //! SLURM controller and one slurmd per host in the containers. Needs the Docker daemon,
-//! docker-compose and the images aiperf:cpu and aiperf:testnode (scripts/test builds them:
+//! docker-compose and the images aiperf:cpu and aiperf:testnode (scripts/dev/test builds them:
 //! `IMAGES="cpu testnode" container/build`). The host-loss drills are in
 //! tests/container_faults.rs.
 

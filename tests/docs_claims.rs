@@ -168,7 +168,7 @@ const FALSE_CLAIMS: &[(&str, &str, &str)] = &[
         "launched like the run it audits (same launcher, same number of ranks): rank 0 draws",
     ),
     (
-        "scripts/weak-scaling was said to be the measurement on a real cluster; it needs the \
+        "scripts/tools/weak-scaling was said to be the measurement on a real cluster; it needs the \
          virtual cluster and root",
         r"(?is)real cluster[^.]{0,120}same command|same command[^.]{0,120}real cluster",
         "On a real cluster the per-hop latency is microseconds;\nthe same command there is the \
@@ -523,9 +523,9 @@ fn the_static_scorer_needs_none_of_the_benchmarks_set_up() {
         "score-static:",
         "make score-static must not run the set-up first"
     );
-    let script = std::fs::read_to_string(root().join("scripts/build-static-score")).unwrap();
+    let script = std::fs::read_to_string(root().join("scripts/dev/build-static-score")).unwrap();
     for needless in [
-        "scripts/setup",
+        "scripts/dev/setup",
         "resolve_libtorch",
         "LIBTORCH=",
         "mpicc",

@@ -1,9 +1,9 @@
 //! aiperf's conv + dense forward counts against an independent counter: PyTorch's
 //! `torch.utils.flop_counter.FlopCounterMode` on the same architectures rebuilt from the
-//! IR's JSON by `scripts/flops_torch.py`. Exact agreement required.
+//! IR's JSON by `scripts/bench/flops_torch.py`. Exact agreement required.
 //!
 //! Needs a Python with torch: `AIPERF_TORCH_PYTHON` (set by `make test`, which creates it
-//! with scripts/setup-torch-venv). Without it the test says so and passes, except under CI
+//! with scripts/dev/setup-torch-venv). Without it the test says so and passes, except under CI
 //! (`CI` set), where a missing peer is a failure.
 
 use std::path::Path;
@@ -19,10 +19,10 @@ fn python() -> Option<String> {
         _ if std::env::var_os("CI").is_some()
             || std::env::var("AIPERF_REQUIRE_PREREQS").as_deref() == Ok("1") =>
         {
-            panic!("AIPERF_TORCH_PYTHON is not set under make test: scripts/setup-torch-venv creates it")
+            panic!("AIPERF_TORCH_PYTHON is not set under make test: scripts/dev/setup-torch-venv creates it")
         }
         _ => {
-            eprintln!("SKIP: set AIPERF_TORCH_PYTHON to a Python with torch (make test does: scripts/setup-torch-venv)");
+            eprintln!("SKIP: set AIPERF_TORCH_PYTHON to a Python with torch (make test does: scripts/dev/setup-torch-venv)");
             None
         }
     }
@@ -31,7 +31,7 @@ fn python() -> Option<String> {
 fn torch_count(python: &str, g: &Graph) -> serde_json::Value {
     let tmp = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(tmp.path(), g.to_json()).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/flops_torch.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/bench/flops_torch.py");
     let out = Command::new(python)
         .arg(&script)
         .arg(tmp.path())

@@ -1,4 +1,4 @@
-//! `scripts/gpu-check` rehearsed on the CPU (`CPU_OK=1`) against this build: every step
+//! `scripts/tools/gpu-check` rehearsed on the CPU (`CPU_OK=1`) against this build: every step
 //! runs (doctor, three dp-checks, the data, a scored run, the three trainers, augmentation
 //! on both sides), the checks pass, the GPU-only ones say so instead of passing, and the
 //! figures file holds what the GPU table of docs/centre.md is filled from. It also refuses
@@ -14,12 +14,12 @@ use std::process::{Command, Output};
 
 fn required(var: &str) -> String {
     std::env::var(var).unwrap_or_else(|_| {
-        panic!("{var} is not set: run the tests with `make test` (scripts/test sets it)")
+        panic!("{var} is not set: run the tests with `make test` (scripts/dev/test sets it)")
     })
 }
 
 fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/gpu-check")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/tools/gpu-check")
 }
 
 /// A bundle-shaped folder of this build's binaries.
@@ -182,7 +182,7 @@ fn a_bundle_for_another_torch_or_an_unknown_precision_is_refused_by_name() {
     assert!(
         err.contains("the bundle is built for torch 1.0.0")
             && err.contains("TARGET_TORCH=")
-            && err.contains("scripts/gpu-bundle"),
+            && err.contains("scripts/tools/gpu-bundle"),
         "{err}"
     );
     assert!(!b.join("torch-lib").exists());

@@ -1,6 +1,6 @@
 //! The drawing of which file imports which, and of which module imports which of its
 //! siblings, has no circle in any of the four crates (`src/`, `records/src/`, `ir/src/`,
-//! `data-prep/src/`; docs/design.md, "Crates and modules"): `scripts/import-cycles` finds
+//! `data-prep/src/`; docs/design.md, "Crates and modules"): `scripts/dev/import-cycles` finds
 //! none there, and finds the ones planted in crates written here.
 
 use std::path::Path;
@@ -8,11 +8,11 @@ use std::process::Command;
 
 fn import_cycles(dirs: &[&Path]) -> std::process::Output {
     Command::new("python3")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/import-cycles"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/dev/import-cycles"))
         .args(dirs)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
-        .expect("python3 runs scripts/import-cycles")
+        .expect("python3 runs scripts/dev/import-cycles")
 }
 
 #[test]

@@ -328,13 +328,15 @@ fn a_record_set_forged_from_the_documentation_scores_valid_and_cannot_pass_its_a
     let Some(python) = std::env::var_os("AIPERF_H5PY_PYTHON") else {
         assert!(
             std::env::var("AIPERF_REQUIRE_PREREQS").as_deref() != Ok("1"),
-            "AIPERF_H5PY_PYTHON (scripts/setup-h5py-venv) not set, and AIPERF_REQUIRE_PREREQS=1 requires it"
+            "AIPERF_H5PY_PYTHON (scripts/dev/setup-h5py-venv) not set, and AIPERF_REQUIRE_PREREQS=1 requires it"
         );
-        panic!("set AIPERF_H5PY_PYTHON to a Python with h5py (scripts/setup-h5py-venv prints one)");
+        panic!(
+            "set AIPERF_H5PY_PYTHON to a Python with h5py (scripts/dev/setup-h5py-venv prints one)"
+        );
     };
     let tmp = tempfile::tempdir().unwrap();
     let forged = tmp.path().join("forged");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/forge_official.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/tools/forge_official.py");
     let out = output(Command::new(python).arg(script).arg(&forged));
     assert!(
         out.status.success(),

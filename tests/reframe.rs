@@ -1,4 +1,4 @@
-//! The ReFrame check end to end: `scripts/test-reframe` runs mpi-launch/reframe/aiperf_check.py
+//! The ReFrame check end to end: `scripts/dev/test-reframe` runs mpi-launch/reframe/aiperf_check.py
 //! on the local partition (mpirun) and on a private single-node SLURM (srun, and mpirun in the
 //! job), and checks that ReFrame's performance log holds exactly the figures `aiperf-score
 //! --json` gives for the same records; a run that ends in warm-up logs a steady state of 0,
@@ -21,7 +21,7 @@ fn reframe_perflog_holds_the_scorers_figures_under_mpirun_and_slurm() {
         eprintln!("SKIP: the ReFrame test starts SLURM daemons and needs root");
         return;
     }
-    let venv = Command::new(root.join("scripts/setup-reframe-venv"))
+    let venv = Command::new(root.join("scripts/dev/setup-reframe-venv"))
         .output()
         .unwrap();
     if !venv.status.success() {
@@ -30,7 +30,7 @@ fn reframe_perflog_holds_the_scorers_figures_under_mpirun_and_slurm() {
         eprintln!("SKIP: ReFrame could not be installed: {why}");
         return;
     }
-    let out = Command::new(root.join("scripts/test-reframe"))
+    let out = Command::new(root.join("scripts/dev/test-reframe"))
         .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
         .output()
         .unwrap();

@@ -1,4 +1,4 @@
-//! `scripts/scaling-model`: the α–β model fitted to a recorded comm-bench (4
+//! `scripts/tools/scaling-model`: the α–β model fitted to a recorded comm-bench (4
 //! virtual-cluster nodes × 2 ranks, 10 Gbit/s links; `tests/data/`) reproduces every
 //! measured size from 64 KiB within the error it states, and its prediction for 8–512
 //! nodes behaves as a model of a ring must.
@@ -13,7 +13,7 @@ fn root() -> &'static Path {
 }
 
 fn model(args: &[&str]) -> String {
-    common::python_script("scaling-model", args)
+    common::python_script("tools/scaling-model", args)
 }
 
 const RECORD: &str = "tests/data/comm-bench-4-nodes-x2-10gbit.jsonl";
@@ -179,7 +179,10 @@ fn study(out: &Path) -> String {
     let records = out.join("comm-bench");
     let args = [out.to_str().unwrap(), "8", "2", "all", "--comm-bench-dir"];
     let records = records.to_str().unwrap();
-    common::python_script("weak_scaling_table.py", &[&args[..], &[records]].concat())
+    common::python_script(
+        "tools/weak_scaling_table.py",
+        &[&args[..], &[records]].concat(),
+    )
 }
 
 #[test]
@@ -240,7 +243,7 @@ fn the_study_without_records_has_no_alpha_and_a_missing_record_is_an_error() {
     study(tmp.path());
     let table = |extra: &[&str]| {
         Command::new("python3")
-            .arg(root().join("scripts/weak_scaling_table.py"))
+            .arg(root().join("scripts/tools/weak_scaling_table.py"))
             .args([tmp.path().to_str().unwrap(), "8", "2", "all"])
             .args(extra)
             .output()
@@ -304,7 +307,7 @@ fn the_check_compares_modelled_and_measured_step_efficiency_and_fails_beyond_tol
         )
         .unwrap();
         Command::new("python3")
-            .arg(root().join("scripts/scaling-model"))
+            .arg(root().join("scripts/tools/scaling-model"))
             .args(["check", "--no-overlap", "--comm-bench"])
             .arg(&bench)
             .arg("--study")

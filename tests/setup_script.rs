@@ -1,4 +1,4 @@
-//! `scripts/setup` as a non-root user on a machine without the system libraries: it must
+//! `scripts/dev/setup` as a non-root user on a machine without the system libraries: it must
 //! first check Rust (none, or one older than Cargo.toml's rust-version: say how to get it
 //! with rustup), then name each missing library and how to provide it, and exit non-zero —
 //! not fail obscurely. The machine is simulated with a PATH that lacks the MPI and HDF5
@@ -55,7 +55,7 @@ fn rust_version() -> String {
     line.split('"').nth(1).unwrap().to_string()
 }
 
-/// Runs scripts/setup as an ordinary user on a bare PATH; `rustc` reports `rustc` if given.
+/// Runs scripts/dev/setup as an ordinary user on a bare PATH; `rustc` reports `rustc` if given.
 /// Returns the exit success, stderr, and whether anything was put in the cache.
 fn setup_with(rustc: Option<&str>) -> (bool, String, bool) {
     let tmp = tempfile::tempdir().unwrap();
@@ -75,7 +75,7 @@ fn setup_with(rustc: Option<&str>) -> (bool, String, bool) {
         );
         fake(&bin, "cargo", &format!("cargo {version}"));
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/dev/setup");
     let out = Command::new(which("bash").unwrap())
         .arg(&script)
         .env_clear()
@@ -144,10 +144,10 @@ fn setup_without_root_names_missing_libraries_and_fixes() {
     assert!(!cached);
 }
 
-/// `scripts/setup --which-libtorch` with `env`: its exit success and output.
+/// `scripts/dev/setup --which-libtorch` with `env`: its exit success and output.
 fn which_libtorch(env: &[(&str, &str)]) -> (bool, String) {
     let tmp = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/setup");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/dev/setup");
     let mut cmd = Command::new(which("bash").unwrap());
     cmd.arg(&script)
         .arg("--which-libtorch")

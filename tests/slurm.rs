@@ -1,4 +1,4 @@
-//! The launch templates against a real single-node SLURM: `scripts/test-slurm` starts
+//! The launch templates against a real single-node SLURM: `scripts/dev/test-slurm` starts
 //! private munge and SLURM daemons, submits `mpi-launch/aiperf.sbatch` with a short
 //! simulated run through `srun --mpi=pmix` and through `mpirun` inside the job, checks the
 //! jobs' exit codes and records, checks that a failing run fails its job, and stops the
@@ -22,7 +22,7 @@ fn sbatch_template_runs_under_srun_and_mpirun_in_a_real_slurm() {
         eprintln!("SKIP: the SLURM test starts daemons and needs root");
         return;
     }
-    let out = Command::new(root.join("scripts/test-slurm"))
+    let out = Command::new(root.join("scripts/dev/test-slurm"))
         .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
         .output()
         .unwrap();

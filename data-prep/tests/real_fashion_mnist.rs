@@ -1,5 +1,5 @@
 //! Conversion of the real Fashion-MNIST, checked against recorded checksums. The dataset is
-//! a prerequisite installed by scripts/setup: without it the test skips, unless
+//! a prerequisite installed by scripts/dev/setup: without it the test skips, unless
 //! `AIPERF_REQUIRE_PREREQS=1` (set by `make test`) makes a missing prerequisite a failure.
 
 use std::path::PathBuf;
@@ -22,7 +22,7 @@ fn prerequisite_missing(what: &str) {
 }
 
 /// The real Fashion-MNIST from the Debian package `dataset-fashion-mnist` (or from
-/// `$FMNIST_SRC`, as in scripts/prepare-data).
+/// `$FMNIST_SRC`, as in scripts/tools/prepare-data).
 #[test]
 fn real_fashion_mnist_converts_with_recorded_checksums() {
     let src = std::env::var_os("FMNIST_SRC")
@@ -30,7 +30,7 @@ fn real_fashion_mnist_converts_with_recorded_checksums() {
     let src = src.as_path();
     if !src.is_dir() {
         prerequisite_missing(&format!(
-            "{} missing: install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist; scripts/setup does it)",
+            "{} missing: install the Debian package dataset-fashion-mnist (apt-get install dataset-fashion-mnist; scripts/dev/setup does it)",
             src.display()
         ));
         return;

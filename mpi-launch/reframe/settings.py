@@ -3,7 +3,7 @@
 One system, `aiperf-test`, matching any host, with two partitions:
 
 * `local`: jobs run on this machine, ranks started by `mpirun`;
-* `slurm`: jobs submitted to the SLURM of `SLURM_CONF` (scripts/test-reframe starts a
+* `slurm`: jobs submitted to the SLURM of `SLURM_CONF` (scripts/dev/test-reframe starts a
   private one), ranks started by `srun` (or `mpirun` inside the job).
 
 Everything ReFrame writes goes under one folder, `$AIPERF_REFRAME_OUT` (default:

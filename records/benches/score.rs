@@ -1,4 +1,4 @@
-//! Scoring speed (run by `scripts/bench-score`, not a test): read and score a run of 100,000
+//! Scoring speed (run by `scripts/bench/bench-score`, not a test): read and score a run of 100,000
 //! epoch rows over 8 groups; the target is under 1 s. Prints the median of 5 runs.
 
 use std::time::Instant;

@@ -5,7 +5,7 @@
 //! setting the power per value kind and the re-training it costs (epochs trained).
 //!
 //! `cargo run --release -p aiperf-records --example audit_power -- results/<run>`
-//! (`scripts/bench-audit-power` records such an audit and runs this).
+//! (`scripts/bench/bench-audit-power` records such an audit and runs this).
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

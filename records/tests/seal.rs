@@ -270,21 +270,21 @@ fn an_attribute_outside_the_schema_is_altered_records_naming_it() {
     );
 }
 
-/// The Python scorer written from results/README.md alone (`scripts/verify_seal.py`) and
-/// the forger's drill written likewise (`scripts/tamper_drill.py`) agree with aiperf's own
+/// The Python scorer written from results/README.md alone (`scripts/tools/verify_seal.py`) and
+/// the forger's drill written likewise (`scripts/tools/tamper_drill.py`) agree with aiperf's own
 /// reading: the documentation is enough to verify — and to reseal — the records, which is
 /// why the consistency rules, not the seal, refuse a relabelled run.
 #[test]
 fn the_python_scorer_and_forger_written_from_the_readme_agree_with_aiperf() {
     let Some(python) = std::env::var_os("AIPERF_H5PY_PYTHON") else {
         common::missing_prerequisite(
-            "AIPERF_H5PY_PYTHON (scripts/setup-h5py-venv)",
+            "AIPERF_H5PY_PYTHON (scripts/dev/setup-h5py-venv)",
             "python3-h5py",
         );
         return;
     };
     let _serial = serial();
-    let scripts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts");
+    let scripts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/tools");
     let py = |args: &[&std::ffi::OsStr]| {
         let out = std::process::Command::new(&python)
             .args(args)

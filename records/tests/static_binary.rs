@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 fn static_binary() -> PathBuf {
     let path = std::env::var_os("AIPERF_STATIC_SCORE").unwrap_or_else(|| {
-        panic!("AIPERF_STATIC_SCORE is not set: run the tests with `make test` (scripts/test builds it with scripts/build-static-score)")
+        panic!("AIPERF_STATIC_SCORE is not set: run the tests with `make test` (scripts/dev/test builds it with scripts/dev/build-static-score)")
     });
     PathBuf::from(path)
 }

@@ -70,7 +70,8 @@ pub fn read_with_architectures(
     (run, archs, batch_of)
 }
 
-/// Runs `python3 scripts/SCRIPT ARGS…` in the repository root and returns its standard
+/// Runs `python3 scripts/SCRIPT ARGS…` (SCRIPT with its folder, e.g. `tools/scaling-model`)
+/// in the repository root and returns its standard
 /// output; the test fails, with both outputs, if it fails.
 pub fn python_script(script: &str, args: &[&str]) -> String {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

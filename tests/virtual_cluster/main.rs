@@ -23,7 +23,7 @@
 //! 6. the weak-scaling study as a job, `sbatch mpi-launch/weak-scaling.sbatch`, on 1 and 2
 //!    nodes through SLURM (in `study.rs`).
 //!
-//! It needs root (namespaces, veths, bridge) and the Debian packages that scripts/setup
+//! It needs root (namespaces, veths, bridge) and the Debian packages that scripts/dev/setup
 //! installs; under `make test` (AIPERF_REQUIRE_PREREQS=1) a missing one fails the test.
 
 use std::io::{BufRead, BufReader};
@@ -87,7 +87,7 @@ fn missing_prerequisites() -> Vec<String> {
             .is_ok_and(|o| o.status.success());
         if !found {
             missing.push(format!(
-                "{tool} (Debian: {package}; scripts/setup installs it)"
+                "{tool} (Debian: {package}; scripts/dev/setup installs it)"
             ));
         }
     }

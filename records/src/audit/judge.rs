@@ -36,7 +36,7 @@ pub const TIME_SLACK_MAX: f64 = 0.50;
 /// Re-trained with other kernels or threads, every trial measured agreed to 3e-7 or better
 /// there — later steps part faster in some trainings than in others, up to 3e-2 by the
 /// seventh — while another seed, architecture or batch parts them by about 1e-2 from the
-/// first step (docs/reviewer.md, `scripts/bench-early-steps`).
+/// first step (docs/reviewer.md, `scripts/bench/bench-early-steps`).
 pub const STEP_TOLERANCE: f64 = 1e-4;
 /// The early steps judged: the first ones, before the platforms' rounding has grown; the
 /// later recorded steps are compared and shown, not judged.
