@@ -1,4 +1,4 @@
-//! Training-overhead benchmark (run by `scripts/bench-train`, not a test): training images/s
+//! Training-overhead benchmark (run by `scripts/bench/bench-train`, not a test): training images/s
 //! of one fixed architecture and batch size through aiperf's trial trainer — the code
 //! `aiperf run` runs on every rank: loader, shard weighting, gradient exchange (over a
 //! one-rank communicator here), learning-rate schedule, one small validation pass — beside a
@@ -7,7 +7,7 @@
 //! there), `--precision fp16|bf16` under autocast (fp16: CUDA only, the trainer with its
 //! loss scaler, the bare loop without one, a multiply per gradient; bf16: CPU autocast on a
 //! processor) and `--memory-format channels-last` with parameters and batches in NHWC. With `--write-arch FILE` it
-//! writes the architecture's IR JSON (for the PyTorch peer, `scripts/bench_train_torch.py`)
+//! writes the architecture's IR JSON (for the PyTorch peer, `scripts/bench/bench_train_torch.py`)
 //! and exits.
 
 use std::path::PathBuf;
@@ -17,7 +17,7 @@ use aiperf::arch::{self, Shape};
 use aiperf::data::{open_split, Augment};
 use aiperf::model::Net;
 use aiperf::search::Hparams;
-use aiperf::train::{MemoryFormat, Precision, TrainConfig, TrialSpec, TrialTrainer};
+use aiperf::train::{MemoryFormat, Precision, RealTrainer, TrainConfig, TrialSpec, TrialTrainer};
 use clap::Parser;
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Reduction, Tensor};
@@ -203,6 +203,12 @@ fn main() -> anyhow::Result<()> {
         seed: 1,
         epochs: 1000,
     };
+    let real = RealTrainer {
+        cfg,
+        device,
+        train_pack: std::sync::Arc::clone(&train),
+        val_pack: val,
+    };
     // The bare loop's data: the same images, normalised once, in memory.
     let n = images.min(train.len());
     let (xs, ys) = in_memory(&train, n);
@@ -221,7 +227,7 @@ fn main() -> anyhow::Result<()> {
     };
     // The trainer's epoch.
     let run_aiperf = |rep: usize| -> anyhow::Result<f64> {
-        let mut trainer = TrialTrainer::new(&world, &cfg, device, &train, &val, &spec)?;
+        let mut trainer = TrialTrainer::new(&world, &real, &spec)?;
         let t = Instant::now();
         let stats = trainer.epoch(1 + rep as u32, &|| false)?;
         let secs = t.elapsed().as_secs_f64();

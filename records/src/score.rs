@@ -337,12 +337,7 @@ pub fn score_with_digest(
     let integrity = integrity::check(run, expected);
     warnings.extend(integrity.notes.iter().cloned());
     let ops_per_s = timeline.last().map_or(0.0, |p| p.ops_per_s);
-    let verdict = verdict(
-        run,
-        (duration_s, ops_per_s),
-        1.0 - best_accuracy,
-        &integrity,
-    );
+    let verdict = verdict(run, duration_s, ops_per_s, 1.0 - best_accuracy, &integrity);
     let groups: Vec<(u32, &[EpochRow])> = (0..run.info.groups)
         .map(|g| {
             let rows = run.groups.iter().find(|r| r.group == g);
@@ -468,7 +463,8 @@ fn json(text: &str) -> serde_json::Value {
 /// recomputed — and the rules version recorded. INVALID outranks UNOFFICIAL.
 fn verdict(
     run: &Run,
-    (duration_s, ops_per_s): (f64, f64),
+    duration_s: f64,
+    ops_per_s: f64,
     final_error: f64,
     integrity: &Integrity,
 ) -> Verdict {

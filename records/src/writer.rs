@@ -280,7 +280,13 @@ impl PrimaryWriter {
             ds("architectures")?,
             ds("tpe")?,
         );
-        let chains = reopened_chains(&path, (&trials, &arch_ids, &arch_json, &tpe))?;
+        let sets = PrimarySets {
+            trials: &trials,
+            ids: &arch_ids,
+            json: &arch_json,
+            tpe: &tpe,
+        };
+        let chains = reopened_chains(&path, sets)?;
         file.flush().map_err(h5(&path))?;
         Ok(PrimaryWriter {
             path,
@@ -370,7 +376,8 @@ impl PrimaryWriter {
 fn written_rows<T: H5Type + Unwritten>(
     path: &Path,
     file: &str,
-    (name, ds): (&str, &Dataset),
+    name: &str,
+    ds: &Dataset,
 ) -> Result<Vec<T>, RecordError> {
     let mut rows: Vec<T> = ds.read_raw().map_err(h5(path))?;
     let dropped = tail::drop_unwritten(&mut rows);
@@ -381,13 +388,24 @@ fn written_rows<T: H5Type + Unwritten>(
     Ok(rows)
 }
 
+/// The primary file's sealed datasets: trials, architecture ids and their JSON, TPE rows.
+struct PrimarySets<'a> {
+    trials: &'a Dataset,
+    ids: &'a Dataset,
+    json: &'a Dataset,
+    tpe: &'a Dataset,
+}
+
 /// The primary's chains over the rows a stopped run wrote whole (the rest dropped).
-fn reopened_chains(
-    path: &Path,
-    (trials, ids, json, tpe): (&Dataset, &Dataset, &Dataset, &Dataset),
-) -> Result<[Chain; 3], RecordError> {
-    let trials: Vec<TrialRow> = written_rows(path, PRIMARY_FILE, ("trials", trials))?;
-    let tpe: Vec<TpeRow> = written_rows(path, PRIMARY_FILE, ("tpe", tpe))?;
+fn reopened_chains(path: &Path, sets: PrimarySets<'_>) -> Result<[Chain; 3], RecordError> {
+    let PrimarySets {
+        trials,
+        ids,
+        json,
+        tpe,
+    } = sets;
+    let trials: Vec<TrialRow> = written_rows(path, PRIMARY_FILE, "trials", trials)?;
+    let tpe: Vec<TpeRow> = written_rows(path, PRIMARY_FILE, "tpe", tpe)?;
     let id_rows: Vec<u64> = ids.read_raw().map_err(h5(path))?;
     let json_rows: Vec<String> = (json.read_raw::<VarLenUnicode>().map_err(h5(path))?)
         .iter()
@@ -481,20 +499,20 @@ impl GroupWriter {
         // Every chain goes on from the last row written before the stop.
         let name = group_file(group);
         let carried = |d: &'static str, rows_len: u64, last: Digest| Chain::at(d, last, rows_len);
-        let rows: Vec<EpochRow> = written_rows(&path, &name, ("epochs", &epochs))?;
+        let rows: Vec<EpochRow> = written_rows(&path, &name, "epochs", &epochs)?;
         let epochs_chain = carried(
             "epochs",
             rows.len() as u64,
             digest::last_carried(digest::chain_seed(&name, "epochs"), &rows),
         );
-        let step_rows: Vec<StepRow> = written_rows(&path, &name, ("steps", &steps))?;
+        let step_rows: Vec<StepRow> = written_rows(&path, &name, "steps", &steps)?;
         let steps_chain = carried(
             "steps",
             step_rows.len() as u64,
             digest::last_carried(digest::chain_seed(&name, "steps"), &step_rows),
         );
-        let monitor_rows: Vec<MonitorRow> = written_rows(&path, &name, ("monitor", &monitor))?;
-        let trace_rows: Vec<TraceRow> = written_rows(&path, &name, ("trace", &trace))?;
+        let monitor_rows: Vec<MonitorRow> = written_rows(&path, &name, "monitor", &monitor)?;
+        let trace_rows: Vec<TraceRow> = written_rows(&path, &name, "trace", &trace)?;
         let chains = [
             epochs_chain,
             Chain::over(&name, "monitor", &monitor_rows),

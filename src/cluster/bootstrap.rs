@@ -30,11 +30,11 @@ pub struct Placement {
 /// when the layout does not fit.
 pub fn place(
     world: &SimpleCommunicator,
-    (trainer, choice): (TrainerKind, crate::platform::DeviceChoice),
-    group_size: Option<usize>,
-    threads: Option<usize>,
-    sim_ops: f64,
+    config: &crate::config::RecordedConfig,
+    choice: crate::platform::DeviceChoice,
 ) -> Result<Placement, String> {
+    let (trainer, group_size) = (config.trainer, config.group_size);
+    let (threads, sim_ops) = (config.threads, config.sim.ops);
     let rank = world.rank() as usize;
     // Node of every rank: the lowest world rank sharing its memory.
     let node = world.split_shared(0);
@@ -96,17 +96,19 @@ pub fn default_threads(trainers: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let slurm = std::env::var("SLURM_CPUS_PER_TASK").ok();
     threads_for(
-        (crate::host::bound_cpus(), crate::host::online_cpus()),
+        crate::host::bound_cpus(),
+        crate::host::online_cpus(),
         slurm.as_deref(),
         cores,
         trainers,
     )
 }
 
-/// [`default_threads`] from its inputs: the (bound, online) processors, SLURM's CPUs per
-/// task, the cores usable and the node's training ranks.
+/// [`default_threads`] from its inputs: the processors the rank is bound to and those
+/// online, SLURM's CPUs per task, the cores usable and the node's training ranks.
 fn threads_for(
-    (bound, online): (Option<usize>, Option<usize>),
+    bound: Option<usize>,
+    online: Option<usize>,
     slurm_cpus_per_task: Option<&str>,
     cores: usize,
     trainers: usize,
@@ -130,15 +132,15 @@ mod tests {
     #[test]
     fn threads_follow_the_binding_then_slurm_then_the_share_of_the_node() {
         // Bound to 2 of 64 cores: 2, whatever SLURM or the share say.
-        assert_eq!(threads_for((Some(2), Some(64)), Some("8"), 2, 4), 2);
+        assert_eq!(threads_for(Some(2), Some(64), Some("8"), 2, 4), 2);
         // Not bound (the mask is the whole node): SLURM's CPUs per task.
-        assert_eq!(threads_for((Some(64), Some(64)), Some("8"), 64, 4), 8);
+        assert_eq!(threads_for(Some(64), Some(64), Some("8"), 64, 4), 8);
         // … never more than the cores usable.
-        assert_eq!(threads_for((Some(4), Some(4)), Some("8"), 4, 1), 4);
+        assert_eq!(threads_for(Some(4), Some(4), Some("8"), 4, 1), 4);
         // Neither: the node's cores shared by its training ranks, at least 1.
-        assert_eq!(threads_for((Some(64), Some(64)), None, 64, 4), 16);
-        assert_eq!(threads_for((None, None), Some("x"), 2, 4), 1);
-        assert_eq!(threads_for((None, None), Some("0"), 8, 2), 4);
+        assert_eq!(threads_for(Some(64), Some(64), None, 64, 4), 16);
+        assert_eq!(threads_for(None, None, Some("x"), 2, 4), 1);
+        assert_eq!(threads_for(None, None, Some("0"), 8, 2), 4);
     }
 }
 

@@ -78,24 +78,33 @@ struct Exchanges<'c> {
     node_aware: Exchange<'c>,
 }
 
+/// One size's buffers: the values the copying path copies in (`src`, in pieces of `sizes`),
+/// and the raw all-reduce's send and receive buffers.
+struct Buffers {
+    src: Vec<f32>,
+    sizes: Vec<usize>,
+    send: Vec<f32>,
+    recv: Vec<f32>,
+}
+
 /// One operation of `method`: the raw all-reduce from `send` into `recv`, or in place on
 /// `recv`; the training's exchange in place on `recv` where the gradients lie (`exchange`,
 /// `hierarchical`: gradients are views of the buckets); or the copying path
 /// (`exchange-copy`: `src`, in pieces of `sizes`, copied in bucket by bucket, as for CUDA
 /// gradients staged through host memory).
-fn operate<C: RawComm>(
-    comm: &C,
-    method: &str,
-    ex: &Exchanges<'_>,
-    (src, sizes): (&[f32], &[usize]),
-    send: &mut [f32],
-    recv: &mut [f32],
-) {
+fn operate<C: RawComm>(comm: &C, method: &str, ex: &Exchanges<'_>, b: &mut Buffers) {
+    let Buffers {
+        src,
+        sizes,
+        send,
+        recv,
+    } = b;
+    let sizes = &sizes[..];
     let resident = |ex: &Exchange<'_>, recv: &mut [f32]| {
         ex.sum_host(sizes, recv, &mut |_, _| {}, Progress::After);
     };
     match method {
-        "allreduce" => comm.all_reduce_into(&send[..], recv, SystemOperation::sum()),
+        "allreduce" => comm.all_reduce_into(&send[..], &mut recv[..], SystemOperation::sum()),
         "allreduce-in-place" | "control" => crate::exchange::allreduce(comm, recv),
         "exchange" => resident(&ex.flat, recv),
         "hierarchical" => resident(&ex.node_aware, recv),
@@ -168,18 +177,20 @@ pub fn sweep<C: RawComm>(
     let mut rows = Vec::new();
     for &bytes in sizes {
         let elems = (bytes / 4).max(1) as usize;
-        let src = vec![1f32; elems];
-        // Split once, outside the timed operations.
-        let split = pieces(elems);
-        let mut send = vec![1f32; elems];
-        let mut recv = vec![0f32; elems];
+        let mut buffers = Buffers {
+            src: vec![1f32; elems],
+            // Split once, outside the timed operations.
+            sizes: pieces(elems),
+            send: vec![1f32; elems],
+            recv: vec![0f32; elems],
+        };
         // Every buffer prepared alike, as the exchange's are: huge pages where allowed.
-        for b in [&mut send, &mut recv] {
+        for b in [&mut buffers.send, &mut buffers.recv] {
             crate::host::advise_huge_pages(b.as_mut_ptr().cast(), b.len() * 4);
         }
         for _ in 0..warmup {
             for m in METHODS {
-                operate(comm, m, &ex, (&src, &split), &mut send, &mut recv);
+                operate(comm, m, &ex, &mut buffers);
             }
         }
         // This rank's time of every operation, method-major.
@@ -189,7 +200,7 @@ pub fn sweep<C: RawComm>(
                 let m = METHODS[i];
                 comm.barrier();
                 let t = Instant::now();
-                operate(comm, m, &ex, (&src, &split), &mut send, &mut recv);
+                operate(comm, m, &ex, &mut buffers);
                 mine[i * iters + it] = t.elapsed().as_secs_f64();
             }
         }

@@ -12,6 +12,16 @@ pub struct Totals {
     pub best: f64,
 }
 
+/// Trials finished (over the whole run) and running (registered in this session and not
+/// finished).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Trials {
+    /// Trials finished.
+    pub finished: usize,
+    /// Trials running.
+    pub running: usize,
+}
+
 /// When the next line is due.
 #[derive(Clone, Debug)]
 pub struct StatusLine {
@@ -30,13 +40,7 @@ impl StatusLine {
 
     /// The line to print at `now`, if one is due; `t0` is the run's start (the OPS are over
     /// the whole run, down time of a resumed run included).
-    pub fn due(
-        &mut self,
-        now: f64,
-        t0: f64,
-        totals: Totals,
-        trials: (usize, usize),
-    ) -> Option<String> {
+    pub fn due(&mut self, now: f64, t0: f64, totals: Totals, trials: Trials) -> Option<String> {
         if now < self.next_s {
             return None;
         }
@@ -48,7 +52,8 @@ impl StatusLine {
 }
 
 /// One status line.
-pub fn line(elapsed_s: f64, t: Totals, (finished, running): (usize, usize)) -> String {
+pub fn line(elapsed_s: f64, t: Totals, trials: Trials) -> String {
+    let Trials { finished, running } = trials;
     let e = elapsed_s.max(0.0) as u64;
     format!(
         "status: {:02}:{:02}:{:02} elapsed, {finished} trials finished ({running} running), {} epochs, {:.4e} OPS, best accuracy {:.4}",
@@ -90,16 +95,20 @@ mod tests {
             ops: 6_000_000_000,
             best: 0.875,
         };
-        assert!(s.due(1059.0, 0.0, t, (3, 1)).is_none());
-        let l = s.due(1060.0, 0.0, t, (3, 1)).unwrap();
+        let trials = Trials {
+            finished: 3,
+            running: 1,
+        };
+        assert!(s.due(1059.0, 0.0, t, trials).is_none());
+        let l = s.due(1060.0, 0.0, t, trials).unwrap();
         assert!(
             l.contains("00:17:40 elapsed") && l.contains("3 trials finished (1 running)"),
             "{l}"
         );
         assert!(l.contains("12 epochs") && l.contains("0.8750"), "{l}");
         // A long gap: one line, then the next on the grid.
-        assert!(s.due(1500.0, 0.0, t, (3, 1)).is_some());
-        assert!(s.due(1510.0, 0.0, t, (3, 1)).is_none());
-        assert!(s.due(1540.0, 0.0, t, (3, 1)).is_some());
+        assert!(s.due(1500.0, 0.0, t, trials).is_some());
+        assert!(s.due(1510.0, 0.0, t, trials).is_none());
+        assert!(s.due(1540.0, 0.0, t, trials).is_some());
     }
 }

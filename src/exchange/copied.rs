@@ -11,7 +11,7 @@ use std::time::Instant;
 use tch::Tensor;
 
 use super::staging::{host_view, ExchangeBuffer, Resolved};
-use super::{Exchange, ExchangeError, ExchangeTimes, Progress, SyncStats, Target};
+use super::{Exchange, ExchangeError, ExchangeTimes, Progress, Summed, SyncStats, Target};
 
 /// The values a copied sum reads, and where the sums go.
 #[derive(Clone, Copy)]
@@ -48,18 +48,35 @@ impl Values<'_> {
     }
 }
 
+/// This rank's weight, and one more value that rides unscaled after the tensors (the stop
+/// flag), if any.
+#[derive(Clone, Copy)]
+pub(super) struct Weighting {
+    pub(super) weight: f32,
+    pub(super) extra: Option<f32>,
+}
+
+/// Where the copies go: the staging resolved for the tensors' device, and the buffer
+/// reused from step to step.
+pub(super) struct Through<'b> {
+    pub(super) staging: Resolved,
+    pub(super) buf: &'b mut ExchangeBuffer,
+}
+
 /// Replaces each of `values`' tensors by Σ_ranks weight_rank · tensor_rank, at the time
-/// `progress` says. With `extra`, one more value rides unscaled at the end; its sum is
+/// `progress` says. With an extra value, it rides unscaled at the end; its sum is
 /// returned. A rank whose copies fail still takes part in every reduction (with zeros) and
 /// returns the error after, so no rank is left waiting. The figures' seconds are what the
 /// caller waited for once the values were there, the copies back included.
 pub(super) fn weighted_sum(
     ex: &Exchange<'_>,
     values: Values<'_>,
-    (weight, extra): (f32, Option<f32>),
-    (staging, buf): (Resolved, &mut ExchangeBuffer),
+    weighting: Weighting,
+    through: Through<'_>,
     progress: Progress<'_, '_>,
 ) -> Result<(SyncStats, f32), ExchangeError> {
+    let Weighting { weight, extra } = weighting;
+    let Through { staging, buf } = through;
     let tensors = values.tensors();
     let (sizes, total) = piece_sizes(tensors, extra.is_some())?;
     let job = Job {
@@ -68,16 +85,18 @@ pub(super) fn weighted_sum(
         weight,
         extra,
     };
-    let (times, waited, copied) = match staging {
+    let done = match staging {
         Resolved::Host { pinned } => job.via_host(ex, buf.host(total, pinned)?, progress)?,
         Resolved::Device(d) => job.via_device(ex, &buf.device(total, d)?, progress)?,
     };
-    let (finite, summed, copying_s) = copied;
     let exposed = ExchangeTimes {
-        seconds: waited + copying_s,
-        buckets: times.buckets,
+        seconds: done.summed.waited_s + done.copying_s,
+        buckets: done.summed.times.buckets,
     };
-    Ok((SyncStats::of(ex, total, exposed, finite), summed))
+    Ok((
+        SyncStats::of(ex, total, exposed, done.finite),
+        done.extra_sum,
+    ))
 }
 
 /// One copied sum: what is summed, the pieces' sizes (the tensors', then 1 for the extra
@@ -89,9 +108,17 @@ struct Job<'a> {
     extra: Option<f32>,
 }
 
-/// A copied sum's times, the seconds waited, and (whether every sum is finite, the extra
-/// value's sum, the seconds the copies back took).
-type Done = (ExchangeTimes, f64, (bool, f32, f64));
+/// How a copied sum went.
+struct Done {
+    /// The exchange's times and the seconds waited for it.
+    summed: Summed,
+    /// Whether every sum is finite.
+    finite: bool,
+    /// The extra value's sum (0 without one).
+    extra_sum: f32,
+    /// The seconds the copies back took.
+    copying_s: f64,
+}
 
 impl Job<'_> {
     /// Through the host slice `host`: each bucket filled by libtorch copies into views of
@@ -110,18 +137,19 @@ impl Job<'_> {
                 failed.get_or_insert(e);
             }
         };
-        let (times, waited) = ex.sum_host(self.sizes, host, &mut fill, progress);
+        let summed = ex.sum_host(self.sizes, host, &mut fill, progress);
         if let Some(e) = failed {
             return Err(e);
         }
         let copying = Instant::now();
         copy_back(&self.values.destinations()?, self.sizes, host)?;
-        let (finite, summed) = host_outcome(host, self.extra.is_some());
-        Ok((
-            times,
-            waited,
-            (finite, summed, copying.elapsed().as_secs_f64()),
-        ))
+        let (finite, extra_sum) = host_outcome(host, self.extra.is_some());
+        Ok(Done {
+            summed,
+            finite,
+            extra_sum,
+            copying_s: copying.elapsed().as_secs_f64(),
+        })
     }
 
     /// In the flat tensor `flat` on the tensors' device, handed to MPI as it is.
@@ -133,7 +161,7 @@ impl Job<'_> {
     ) -> Result<Done, ExchangeError> {
         let mut failed = None;
         let mut fill = |pieces: Range<usize>, elems: Range<usize>| {
-            if let Err(e) = self.fill_tensor(flat, (pieces, elems.clone())) {
+            if let Err(e) = self.fill_tensor(flat, pieces, elems.clone()) {
                 let _ = flat
                     .narrow(0, elems.start as i64, elems.len() as i64)
                     .f_zero_();
@@ -143,22 +171,23 @@ impl Job<'_> {
         // SAFETY: the buffer's flat tensor, which only `fill` writes until this returns; on
         // CUDA the staging resolved to device memory, which the MPI takes.
         let target = unsafe { Target::tensor(flat) };
-        let (times, waited) = ex.sum(self.sizes, target, &mut fill, progress);
+        let summed = ex.sum(self.sizes, target, &mut fill, progress);
         if let Some(e) = failed {
             return Err(e);
         }
         let copying = Instant::now();
-        let (finite, summed) = tensor_outcome(
+        let (finite, extra_sum) = tensor_outcome(
             &self.values.destinations()?,
             self.sizes,
             flat,
             self.extra.is_some(),
         )?;
-        Ok((
-            times,
-            waited,
-            (finite, summed, copying.elapsed().as_secs_f64()),
-        ))
+        Ok(Done {
+            summed,
+            finite,
+            extra_sum,
+            copying_s: copying.elapsed().as_secs_f64(),
+        })
     }
 
     /// Fills the elements `elems` of `flat` with the pieces `pieces`: each tensor's values
@@ -166,7 +195,8 @@ impl Job<'_> {
     fn fill_tensor(
         &self,
         flat: &Tensor,
-        (pieces, elems): (Range<usize>, Range<usize>),
+        pieces: Range<usize>,
+        elems: Range<usize>,
     ) -> Result<(), ExchangeError> {
         tch::no_grad(|| {
             let mut offset = elems.start as i64;

@@ -7,11 +7,21 @@
 
 use tch::{nn, Device, Tensor};
 
-use super::copied::{self, Values};
+use super::copied::{self, Through, Values, Weighting};
 use super::hooks::GradHooks;
 use super::staging::{ExchangeBuffer, Resolved};
 use super::views::GradViews;
 use super::{Exchange, ExchangeError, Progress, SyncStats};
+
+/// This rank's part in a step's gradient sum: the weight its gradients are scaled by (its
+/// share of the global batch) and whether it asks the group to stop.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Share {
+    /// The weight of this rank's gradients.
+    pub weight: f32,
+    /// This rank's stop flag (any rank's raises the group's).
+    pub stop: bool,
+}
 
 /// The gradients of one trial's trainable variables.
 pub struct Gradients {
@@ -67,13 +77,14 @@ impl Gradients {
     }
 
     /// Runs `backward` and the exchange — during it where [`Gradients::overlaps`], else
-    /// after it: every gradient becomes Σ_ranks weight_rank · gradient_rank. Returns the
-    /// exchange's figures (its seconds: what the step waited for once backward had
-    /// returned) and whether any rank raised `flag` (it rides in the last element).
+    /// after it: every gradient becomes Σ_ranks weight_rank · gradient_rank (this rank's
+    /// weight: `share`'s). Returns the exchange's figures (its seconds: what the step waited
+    /// for once backward had returned) and whether any rank raised its stop flag (it rides
+    /// in the last element).
     pub fn backward_and_sum<E: From<ExchangeError>>(
         &mut self,
         ex: &Exchange<'_>,
-        (weight, flag): (f32, bool),
+        share: Share,
         backward: impl FnOnce() -> Result<(), E>,
     ) -> Result<(SyncStats, bool), E> {
         let overlaps = self.overlaps();
@@ -87,11 +98,18 @@ impl Gradients {
         // The flag, the last piece, is known before backward.
         let flag_piece = order.len();
         let mut sum = |progress: Progress<'_, '_>| match views {
-            Some(v) => v.sum(ex, order, (weight, flag), progress),
+            Some(v) => v.sum(ex, order, share, progress),
             None => {
-                let extra = Some(f32::from(u8::from(flag)));
+                let weighting = Weighting {
+                    weight: share.weight,
+                    extra: Some(f32::from(u8::from(share.stop))),
+                };
                 let values = Values::GradientsOf(order);
-                copied::weighted_sum(ex, values, (weight, extra), (*staging, buf), progress)
+                let through = Through {
+                    staging: *staging,
+                    buf,
+                };
+                copied::weighted_sum(ex, values, weighting, through, progress)
                     .map(|(stats, raised)| (stats, raised > 0.5))
             }
         };
@@ -123,7 +141,14 @@ impl Gradients {
         weight: f32,
     ) -> Result<SyncStats, ExchangeError> {
         let values = Values::Tensors(buffers);
-        let staging = (self.staging, &mut self.buf);
-        copied::weighted_sum(ex, values, (weight, None), staging, Progress::After).map(|r| r.0)
+        let weighting = Weighting {
+            weight,
+            extra: None,
+        };
+        let through = Through {
+            staging: self.staging,
+            buf: &mut self.buf,
+        };
+        copied::weighted_sum(ex, values, weighting, through, Progress::After).map(|r| r.0)
     }
 }

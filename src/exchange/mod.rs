@@ -38,11 +38,11 @@ pub use config::{
     ExchangeArgs, ExchangeConfig, ExchangeMethod, FlagError, BUCKET_BYTES, DEFAULT_BUCKET_BYTES,
     DEFAULT_FIRST_BUCKET_BYTES,
 };
-pub use gradients::Gradients;
+pub use gradients::{Gradients, Share};
 use reducer::Reducer;
 pub use staging::Staging;
 use sum::Target;
-pub use sum::{Backward, ExchangeTimes, Progress, SyncStats};
+pub use sum::{Backward, ExchangeTimes, Progress, Summed, SyncStats};
 
 /// Why an exchange could not be carried out.
 #[derive(Debug, thiserror::Error)]
@@ -116,15 +116,14 @@ impl<'c> Exchange<'c> {
         target: Target<'_>,
         fill: &mut dyn FnMut(Range<usize>, Range<usize>),
         progress: Progress<'_, '_>,
-    ) -> (ExchangeTimes, f64) {
-        let plan = buckets::plan(sizes, &self.cfg);
-        sum::sum(
-            &self.reducer,
-            (&plan, sizes.len()),
-            target,
-            fill,
-            (progress, self.cfg.overlap),
-        )
+    ) -> Summed {
+        let buckets = buckets::plan(sizes, &self.cfg);
+        let plan = sum::Plan {
+            buckets: &buckets,
+            pieces: sizes.len(),
+            overlap: self.cfg.overlap,
+        };
+        sum::sum(&self.reducer, plan, target, fill, progress)
     }
 
     /// The one summing operation (`Exchange::sum`) over host memory, `fill` given each
@@ -135,7 +134,7 @@ impl<'c> Exchange<'c> {
         buf: &mut [f32],
         fill: &mut dyn FnMut(Range<usize>, &mut [f32]),
         progress: Progress<'_, '_>,
-    ) -> (ExchangeTimes, f64) {
+    ) -> Summed {
         let target = Target::host(buf);
         let (base, len) = (target.base, target.len);
         let mut fill_slice = |pieces: Range<usize>, elems: Range<usize>| {
@@ -156,6 +155,6 @@ impl<'c> Exchange<'c> {
             let start: usize = sizes[..r.start].iter().sum();
             dst.copy_from_slice(&src[start..start + dst.len()]);
         };
-        self.sum_host(sizes, buf, &mut fill, Progress::After).0
+        self.sum_host(sizes, buf, &mut fill, Progress::After).times
     }
 }

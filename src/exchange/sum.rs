@@ -97,36 +97,73 @@ pub enum Progress<'p, 'b> {
     },
 }
 
+/// Where a bucket's values lie for MPI: the target's first element and, on CUDA, the
+/// device whose kernels must have completed before MPI reads it.
+#[derive(Clone, Copy)]
+pub(super) struct Memory {
+    base: *mut f32,
+    cuda: Option<usize>,
+}
+
+impl Memory {
+    fn of(target: &Target<'_>) -> Memory {
+        Memory {
+            base: target.base,
+            cuda: target.cuda,
+        }
+    }
+}
+
 /// A bucket's reduction: started (after any wait for the device) and ended, Unix seconds.
-pub(super) fn reduce_bucket(
+fn reduce_bucket(
     reducer: &Reducer<'_>,
-    target: (*mut f32, Option<usize>),
+    memory: Memory,
     elems: Range<usize>,
     k: usize,
 ) -> (f64, f64) {
-    let (base, cuda) = target;
-    if let Some(i) = cuda {
+    if let Some(i) = memory.cuda {
         // MPI reads device memory: the kernels that wrote the bucket must be done.
         tch::Cuda::synchronize(i as i64);
     }
     let started = crate::host::unix_s();
     // SAFETY: `elems` lies within the target (checked by `sum`), no other bucket overlaps
     // it, nothing else uses it until this returns, and only this thread calls MPI now.
-    unsafe { reducer.reduce(base.add(elems.start), elems.len(), k > 0) };
+    unsafe { reducer.reduce(memory.base.add(elems.start), elems.len(), k > 0) };
     (started, crate::host::unix_s())
 }
 
-/// Sums the buckets `plan` of `target` (pieces of `pieces` count) over the reducer's group:
-/// `fill(pieces, elems)` writes each bucket before it goes. `overlap`: whether the exchange
-/// may run during backward here. Returns the times and the seconds the caller waited for
-/// the exchange once the values were there (after backward, when it ran during it).
+/// The buckets of one exchange: their plan (pieces and sizes), the elements of the target
+/// each covers, and the target's memory.
+struct Layout<'a> {
+    plan: &'a [Bucket],
+    ranges: Vec<Range<usize>>,
+    memory: Memory,
+}
+
+/// How one exchange goes: its buckets, the number of pieces they hold, and whether they
+/// may be reduced during backward.
+pub(super) struct Plan<'a> {
+    pub(super) buckets: &'a [Bucket],
+    pub(super) pieces: usize,
+    pub(super) overlap: bool,
+}
+
+/// Sums the buckets of `target` that `plan` lays out over the reducer's group:
+/// `fill(pieces, elems)` writes each bucket before it goes. Returns the times and the
+/// seconds the caller waited for the exchange once the values were there (after backward,
+/// when it ran during it).
 pub(super) fn sum(
     reducer: &Reducer<'_>,
-    (plan, pieces): (&[Bucket], usize),
+    plan: Plan<'_>,
     target: Target<'_>,
     fill: &mut dyn FnMut(Range<usize>, Range<usize>),
-    (progress, overlap): (Progress<'_, '_>, bool),
-) -> (ExchangeTimes, f64) {
+    progress: Progress<'_, '_>,
+) -> Summed {
+    let Plan {
+        buckets: plan,
+        pieces,
+        overlap,
+    } = plan;
     let started = Instant::now();
     let mut ranges = Vec::with_capacity(plan.len());
     let mut at = 0;
@@ -135,47 +172,55 @@ pub(super) fn sum(
         at += b.elems;
     }
     assert!(at <= target.len, "the buckets lie within the target");
+    let layout = Layout {
+        plan,
+        ranges,
+        memory: Memory::of(&target),
+    };
     let (buckets, waited) = match progress {
         Progress::During { backward, known } if overlap => {
             let readiness = Readiness::new(plan, pieces);
-            threaded(
-                reducer,
-                (plan, &ranges),
-                (&target, readiness, known),
-                fill,
-                backward,
-            )
+            threaded(reducer, &layout, readiness, known, fill, backward)
         }
         Progress::During { backward, .. } => {
             backward(&mut |_| {});
             let after = Instant::now();
-            let spans = in_turn(reducer, plan, &ranges, &target, fill);
+            let spans = in_turn(reducer, &layout, fill);
             (spans, after.elapsed().as_secs_f64())
         }
         Progress::After => {
-            let spans = in_turn(reducer, plan, &ranges, &target, fill);
+            let spans = in_turn(reducer, &layout, fill);
             (spans, started.elapsed().as_secs_f64())
         }
     };
-    let times = ExchangeTimes {
-        seconds: started.elapsed().as_secs_f64(),
-        buckets,
-    };
-    (times, waited)
+    Summed {
+        times: ExchangeTimes {
+            seconds: started.elapsed().as_secs_f64(),
+            buckets,
+        },
+        waited_s: waited,
+    }
+}
+
+/// What one sum took.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Summed {
+    /// The exchange's times.
+    pub times: ExchangeTimes,
+    /// The seconds the caller waited for it once the values were there.
+    pub waited_s: f64,
 }
 
 /// Fills and reduces each bucket in turn on this thread.
 fn in_turn(
     reducer: &Reducer<'_>,
-    plan: &[Bucket],
-    ranges: &[Range<usize>],
-    target: &Target<'_>,
+    layout: &Layout<'_>,
     fill: &mut dyn FnMut(Range<usize>, Range<usize>),
 ) -> Vec<(f64, f64)> {
-    (plan.iter().zip(ranges).enumerate())
+    (layout.plan.iter().zip(&layout.ranges).enumerate())
         .map(|(k, (b, elems))| {
             fill(b.pieces.clone(), elems.clone());
-            reduce_bucket(reducer, (target.base, target.cuda), elems.clone(), k)
+            reduce_bucket(reducer, layout.memory, elems.clone(), k)
         })
         .collect()
 }
@@ -185,8 +230,7 @@ fn in_turn(
 #[derive(Clone, Copy)]
 struct ForThread<'r, 'c> {
     reducer: &'r Reducer<'c>,
-    base: *mut f32,
-    cuda: Option<usize>,
+    memory: Memory,
 }
 // SAFETY: the reducer's communicators are used by one thread at a time (the communication
 // thread, then the step's): the step's thread makes no MPI call until the communication
@@ -198,7 +242,7 @@ unsafe impl Sync for ForThread<'_, '_> {}
 impl ForThread<'_, '_> {
     /// Reduces bucket `k`, the elements `elems` of the target: (start, end).
     fn reduce(&self, elems: Range<usize>, k: usize) -> (f64, f64) {
-        reduce_bucket(self.reducer, (self.base, self.cuda), elems, k)
+        reduce_bucket(self.reducer, self.memory, elems, k)
     }
 }
 
@@ -211,17 +255,18 @@ impl ForThread<'_, '_> {
 /// as before. With one bucket there is no thread. Every bucket is still reduced by the same
 /// call in the same order. Returns each bucket's (start, end) and the seconds waited after
 /// backward.
-pub(super) fn threaded(
+fn threaded(
     reducer: &Reducer<'_>,
-    (plan, ranges): (&[Bucket], &[Range<usize>]),
-    (target, mut readiness, known): (&Target<'_>, Readiness, Option<usize>),
+    layout: &Layout<'_>,
+    mut readiness: Readiness,
+    known: Option<usize>,
     fill: &mut dyn FnMut(Range<usize>, Range<usize>),
     backward: &mut Backward<'_>,
 ) -> (Vec<(f64, f64)>, f64) {
+    let (plan, ranges) = (layout.plan, &layout.ranges);
     let reducer = ForThread {
         reducer,
-        base: target.base,
-        cuda: target.cuda,
+        memory: layout.memory,
     };
     let Some(last) = plan.len().checked_sub(1) else {
         backward(&mut |_| {});

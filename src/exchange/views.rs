@@ -93,8 +93,8 @@ impl GradViews {
     }
 
     /// Replaces every gradient by Σ_ranks weight_rank · gradient_rank where it lies, and
-    /// tells whether any rank raised `flag` (it rides in the last element): each bucket is
-    /// scaled by `weight` (and flagged) as it goes, then reduced, at the time `progress`
+    /// tells whether any rank raised its stop flag (it rides in the last element): each bucket
+    /// is scaled by `share`'s weight (and flagged) as it goes, then reduced, at the time `progress`
     /// says. The gradients are bound to the buckets by the first call, which must come
     /// after a backward ([`Progress::After`]). On CUDA the scaling runs on the device and
     /// the device is waited for before MPI reads the bucket. A rank whose scaling fails
@@ -104,7 +104,7 @@ impl GradViews {
         &mut self,
         ex: &Exchange<'_>,
         vars: &[Tensor],
-        (weight, flag): (f32, bool),
+        share: super::Share,
         progress: Progress<'_, '_>,
     ) -> Result<(SyncStats, bool), ExchangeError> {
         if self.flat.is_none() {
@@ -113,6 +113,7 @@ impl GradViews {
         let values = self.values();
         let flat = self.flat.as_ref().expect("bound above");
         let flag_piece = self.sizes.len() - 1;
+        let super::Share { weight, stop: flag } = share;
         let mut failed = None;
         let mut fill = |pieces: std::ops::Range<usize>, elems: std::ops::Range<usize>| {
             let flagged = pieces.end > flag_piece;
@@ -137,7 +138,7 @@ impl GradViews {
         // else touches it until this returns; on CUDA the staging resolved to device memory,
         // which the MPI takes.
         let target = unsafe { Target::tensor(flat) };
-        let (times, waited) = ex.sum(&self.sizes, target, &mut fill, progress);
+        let summed = ex.sum(&self.sizes, target, &mut fill, progress);
         if let Some(e) = failed {
             return Err(e);
         }
@@ -145,8 +146,8 @@ impl GradViews {
         let raised = flat.f_double_value(&[values as i64])? > 0.5;
         // Its seconds: what the step waited for once the gradients were there.
         let exposed = ExchangeTimes {
-            seconds: waited,
-            buckets: times.buckets,
+            seconds: summed.waited_s,
+            buckets: summed.times.buckets,
         };
         Ok((SyncStats::of(ex, values + 1, exposed, finite), raised))
     }

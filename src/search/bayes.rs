@@ -234,12 +234,13 @@ impl BayesOptimizer {
     }
 
     /// Up to `neighbours` unseen one-morphism neighbours of `graph`, drawn in parallel from
-    /// seeds of (`base`, `step`); each is added to `seen`.
+    /// seeds of the search's `base` seed and the annealing `step`; each is added to `seen`.
     fn neighbours(
         &self,
         graph: &Graph,
         kernel: u32,
-        (base, step): (u64, u64),
+        base: u64,
+        step: u64,
         seen: &mut HashSet<Descriptor>,
         stats: &mut SearchStats,
     ) -> Vec<(Morphism, Graph, Descriptor)> {
@@ -314,7 +315,8 @@ impl BayesOptimizer {
                 let fresh = self.neighbours(
                     &elem.graph,
                     kernel,
-                    (base, stats.annealing_steps),
+                    base,
+                    stats.annealing_steps,
                     &mut seen_here,
                     &mut stats,
                 );

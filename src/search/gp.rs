@@ -23,8 +23,17 @@ const NOISES: [f64; 3] = [1e-4, 1e-2, 1e-1];
 /// Candidate γ as multiples of the median heuristic.
 const GAMMA_FACTORS: [f64; 7] = [0.0625, 0.25, 0.5, 1.0, 2.0, 4.0, 16.0];
 
-/// A grid point's fit: (log marginal likelihood, γ, noise, factor, weights).
-type Fitted = (f64, f64, f64, Cholesky<f64, Dyn>, DVector<f64>);
+/// One grid point's fit.
+struct Fitted {
+    /// Log marginal likelihood (up to a constant).
+    lml: f64,
+    /// The kernel's γ.
+    gamma: f64,
+    /// The kernel matrix's Cholesky factor.
+    cholesky: Cholesky<f64, Dyn>,
+    /// The weights K⁻¹·y.
+    alpha: DVector<f64>,
+}
 
 /// A fitted process.
 pub struct Gp {
@@ -137,13 +146,22 @@ impl Gp {
                 let alpha = chol.solve(&targets);
                 let log_det: f64 = chol.l().diagonal().iter().map(|d| d.ln()).sum::<f64>() * 2.0;
                 let lml = -0.5 * targets.dot(&alpha) - 0.5 * log_det;
-                if best.as_ref().is_none_or(|b| lml > b.0) {
-                    best = Some((lml, gamma, noise, chol, alpha));
+                if best.as_ref().is_none_or(|b| lml > b.lml) {
+                    best = Some(Fitted {
+                        lml,
+                        gamma,
+                        cholesky: chol,
+                        alpha,
+                    });
                 }
             }
         }
-        let (_, gamma, _, cholesky, alpha) =
-            best.expect("an RBF kernel plus noise is positive definite");
+        let Fitted {
+            gamma,
+            cholesky,
+            alpha,
+            ..
+        } = best.expect("an RBF kernel plus noise is positive definite");
         Gp {
             train,
             subsets,

@@ -16,7 +16,9 @@ use tch::{nn, Device, Kind, Tensor};
 use super::{all_variables, float_buffers, synchronize, TrainError};
 use crate::arch::{cifar_resnet, CifarResnetConfig, Shape};
 use crate::data::shard_range;
-use crate::exchange::{Exchange, ExchangeConfig, ExchangeMethod, Gradients, RawComm, RunChoice};
+use crate::exchange::{
+    Exchange, ExchangeConfig, ExchangeMethod, Gradients, RawComm, RunChoice, Share,
+};
 use crate::model::Net;
 
 /// The outcome, the same on every rank.
@@ -78,7 +80,14 @@ fn backward_and_exchange(
         Ok(())
     };
     let overlapped = grads.overlaps();
-    let (stats, _) = grads.backward_and_sum(ex, (weight, false), backward)?;
+    let (stats, _) = grads.backward_and_sum(
+        ex,
+        Share {
+            weight,
+            stop: false,
+        },
+        backward,
+    )?;
     let early = stats.buckets.iter().any(|&(start, _)| start < backward_end);
     Ok((stats.bytes, overlapped, early))
 }

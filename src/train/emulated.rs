@@ -135,10 +135,8 @@ impl EmuRun<'_> {
         stats: &mut EpochStats,
     ) -> Result<bool, TrainError> {
         let mut fill = gradients(self.pieces.len() - 1, stop);
-        let (times, waited) =
-            self.ex
-                .sum_host(&self.pieces, &mut self.buf, &mut fill, Progress::After);
-        self.account(step, &times, waited, stats)
+        let summed = (self.ex).sum_host(&self.pieces, &mut self.buf, &mut fill, Progress::After);
+        self.account(step, &summed.times, summed.waited_s, stats)
     }
 }
 
@@ -200,15 +198,13 @@ impl EmuRun<'_> {
             // The stop flag is known before backward.
             known: Some(flag_piece),
         };
-        let (times, waited) = self
-            .ex
-            .sum_host(&self.pieces, &mut self.buf, &mut fill, progress);
+        let summed = (self.ex).sum_host(&self.pieces, &mut self.buf, &mut fill, progress);
         if let Some(start_s) = computing_unix {
             // Forward and backward: the reductions' spans lie inside it.
             let compute = Span::between(step, SpanKind::Compute, start_s, backward_end);
             stats.spans.push(compute);
         }
-        self.account(step, &times, waited + in_reports, stats)
+        self.account(step, &summed.times, summed.waited_s + in_reports, stats)
     }
 
     /// Books an exchange's exposed seconds, bytes and spans; whether the flag was raised.

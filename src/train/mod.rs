@@ -14,6 +14,7 @@ pub mod native;
 pub mod probe;
 pub mod scaler;
 pub mod schedule;
+mod setup;
 pub mod simulated;
 mod trainer;
 

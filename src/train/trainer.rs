@@ -11,8 +11,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use mpi::collective::{CommunicatorCollectives, Root, SystemOperation};
-use mpi::traits::Communicator;
+use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use serde::{Deserialize, Serialize};
 use tch::nn::{ModuleT, OptimizerConfig};
 use tch::{nn, Device, Kind, Reduction, Tensor};
@@ -23,13 +22,14 @@ use super::amp::Precision;
 use super::layout::MemoryFormat;
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
+use super::setup::{broadcast_initial, loaders};
 use super::{
-    all_variables, exchange_spans, float_buffers, synchronize, EpochStats, Span, SpanKind,
-    TrainError, Trainer, TrialRun,
+    exchange_spans, float_buffers, synchronize, EpochStats, Span, SpanKind, TrainError, Trainer,
+    TrialRun,
 };
 use crate::arch::Graph;
-use crate::data::{Augment, Loader, LoaderConfig, Output, Pack};
-use crate::exchange::{Exchange, ExchangeConfig, Gradients, RawComm, SyncStats};
+use crate::data::{Augment, Loader, Output, Pack};
+use crate::exchange::{Exchange, ExchangeConfig, Gradients, RawComm, Share, SyncStats};
 use crate::model::Net;
 use crate::search::Hparams;
 
@@ -129,6 +129,23 @@ enum Step {
     NonFinite,
 }
 
+/// One training step of this rank: its number in the epoch, this rank's share of the global
+/// batch, and whether this rank asks the group to stop.
+#[derive(Clone, Copy)]
+struct StepAt {
+    step: u32,
+    weight: f32,
+    stop: bool,
+}
+
+/// When a step's computing began: on the monotonic clock, and in Unix seconds when the
+/// step is traced.
+#[derive(Clone, Copy)]
+struct Began {
+    at: Instant,
+    unix: Option<f64>,
+}
+
 /// One trial being trained on this rank.
 pub struct TrialTrainer<'c, C: RawComm> {
     comm: &'c C,
@@ -167,14 +184,7 @@ impl Trainer for RealTrainer {
         spec: &TrialSpec,
         _round: u32,
     ) -> Result<Box<dyn TrialRun + 'c>, TrainError> {
-        Ok(Box::new(TrialTrainer::new(
-            comm,
-            &self.cfg,
-            self.device,
-            &self.train_pack,
-            &self.val_pack,
-            spec,
-        )?))
+        Ok(Box::new(TrialTrainer::new(comm, self, spec)?))
     }
 
     fn name(&self) -> &'static str {
@@ -192,105 +202,11 @@ impl<C: RawComm> TrialRun for TrialTrainer<'_, C> {
     }
 }
 
-/// Broadcasts the group leader's initial parameter and buffer values to every rank.
-fn broadcast_initial<C: Communicator>(
-    comm: &C,
-    vs: &nn::VarStore,
-    device: Device,
-) -> Result<(), TrainError> {
-    for (_, t) in &all_variables(vs) {
-        if t.kind() != Kind::Float {
-            continue;
-        }
-        let n = t.numel();
-        let mut host = vec![0f32; n];
-        t.to_device(Device::Cpu)
-            .contiguous()
-            .copy_data(&mut host, n);
-        comm.process_at_rank(0).broadcast_into(&mut host[..]);
-        tch::no_grad(|| -> Result<(), TrainError> {
-            let v = Tensor::f_from_slice(&host)?
-                .f_view_as(t)?
-                .f_to_device(device)?;
-            t.shallow_clone().f_copy_(&v)?;
-            Ok(())
-        })?;
-    }
-    Ok(())
-}
-
-/// This rank's training and validation loaders: its shard of every global batch of the
-/// trial's batch size.
-fn loaders(
-    cfg: &TrainConfig,
-    device: Device,
-    (rank, size): (usize, usize),
-    (train_pack, val_pack): (&Arc<Pack>, &Arc<Pack>),
-    spec: &TrialSpec,
-) -> Result<(Loader, Loader), TrainError> {
-    let global = spec.hparams.batch_size as usize * size;
-    let loader = |pack: &Arc<Pack>, lc: LoaderConfig| Loader::new(Arc::clone(pack), lc);
-    let train = loader(
-        train_pack,
-        LoaderConfig {
-            global_batch: global,
-            rank,
-            group_size: size,
-            seed: spec.seed,
-            shuffle: true,
-            drop_last: true,
-            augment: cfg.augment.clone(),
-            mean: None,
-            std: None,
-            workers: cfg.loader_workers,
-            prefetch: cfg.prefetch,
-            output: cfg.augment_on.output(device),
-            channels_last: cfg.memory_format == MemoryFormat::ChannelsLast,
-            limit: cfg.train_images,
-        },
-    )?;
-    if train.batches_per_epoch() == 0 {
-        return Err(TrainError::Config(format!(
-                "{} training images per epoch make no global batch of {global} (batch size {} × {size} ranks): use more training images or a smaller batch-size range",
-                train.samples_per_epoch().max(cfg.train_images.unwrap_or(0)),
-                spec.hparams.batch_size
-            )));
-    }
-    // Validation normalises with the training split's statistics.
-    let h = train_pack.header();
-    let val = loader(
-        val_pack,
-        LoaderConfig {
-            global_batch: cfg.val_batch.max(1) * size,
-            rank,
-            group_size: size,
-            seed: spec.seed,
-            shuffle: false,
-            drop_last: false,
-            augment: cfg.val_augment.clone(),
-            mean: Some(h.channel_mean.iter().map(|&m| m as f32).collect()),
-            std: Some(h.channel_std.iter().map(|&s| s as f32).collect()),
-            workers: cfg.loader_workers,
-            prefetch: cfg.prefetch,
-            output: cfg.augment_on.output(device),
-            channels_last: cfg.memory_format == MemoryFormat::ChannelsLast,
-            limit: cfg.val_images,
-        },
-    )?;
-    Ok((train, val))
-}
-
 impl<'c, C: RawComm> TrialTrainer<'c, C> {
-    /// Builds the model on `device` from `spec` (collective over `comm`: the leader's
-    /// initial parameters are broadcast) and the loaders of this rank's shards.
-    pub fn new(
-        comm: &'c C,
-        cfg: &TrainConfig,
-        device: Device,
-        train_pack: &Arc<Pack>,
-        val_pack: &Arc<Pack>,
-        spec: &TrialSpec,
-    ) -> Result<Self, TrainError> {
+    /// Builds the model on `real`'s device from `spec` (collective over `comm`: the
+    /// leader's initial parameters are broadcast) and the loaders of this rank's shards.
+    pub fn new(comm: &'c C, real: &RealTrainer, spec: &TrialSpec) -> Result<Self, TrainError> {
+        let (cfg, device) = (&real.cfg, real.device);
         match cfg.precision {
             Precision::Auto => return Err(TrainError::Config(
                 "precision auto reached the trainer unresolved (the run resolves it at start-up)"
@@ -303,7 +219,7 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
             }
             _ => {}
         }
-        let (rank, size) = (comm.rank() as usize, comm.size() as usize);
+        let size = comm.size() as usize;
         // Collective over the group, like everything else here.
         let exchange = Exchange::new(comm, &cfg.exchange)?;
         tch::manual_seed(spec.seed as i64);
@@ -325,7 +241,7 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
             ..Default::default()
         }
         .build(&vs, lr)?;
-        let (train, val) = loaders(cfg, device, (rank, size), (train_pack, val_pack), spec)?;
+        let (train, val) = loaders(real, comm, spec)?;
         let grads = Gradients::new(&vs.trainable_variables(), device, &exchange)?;
         Ok(TrialTrainer {
             comm,
@@ -384,7 +300,12 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
             let weight = batch.len() as f32 / batch.global_size as f32;
             self.opt
                 .set_lr(self.schedule.lr(epoch - 1, step_u32, steps_u32));
-            let stepped = self.step(&x, &y, (weight, step_u32), stop(), &mut stats)?;
+            let at = StepAt {
+                step: step_u32,
+                weight,
+                stop: stop(),
+            };
+            let stepped = self.step(&x, &y, at, &mut stats)?;
             if let (Step::Applied(loss) | Step::Skipped(loss), true) = (&stepped, step < early) {
                 early_losses.push(*loss);
             }
@@ -449,13 +370,15 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
         &mut self,
         x: &Tensor,
         y: &Tensor,
-        (weight, step): (f32, u32),
-        stop: bool,
+        at: StepAt,
         stats: &mut EpochStats,
     ) -> Result<Step, TrainError> {
+        let StepAt { step, weight, .. } = at;
         let traced = step < self.cfg.trace_steps;
-        let computing = Instant::now();
-        let computing_unix = traced.then(crate::host::unix_s);
+        let began = Began {
+            at: Instant::now(),
+            unix: traced.then(crate::host::unix_s),
+        };
         let smoothing = self.cfg.label_smoothing;
         self.grads.zero(&mut self.opt)?;
         // The loss in float32 from the logits, as autocast's own policy computes it.
@@ -466,13 +389,7 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
             .f_to_kind(Kind::Float)?
             .f_cross_entropy_loss::<Tensor>(y, None, Reduction::Mean, -100, smoothing)?;
         let step_loss = loss.f_double_value(&[])? * f64::from(weight);
-        let (s, abandon) = self.backward_exchange(
-            &loss,
-            weight,
-            (step, stop),
-            (computing, computing_unix),
-            stats,
-        )?;
+        let (s, abandon) = self.backward_exchange(&loss, at, began, stats)?;
         stats.allreduce_s += s.seconds;
         stats.allreduce_bytes += s.bytes;
         if traced {
@@ -503,14 +420,13 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
     /// Backward (through the scaled loss under fp16, unscaled inside the exchange's weight)
     /// and the gradient exchange carrying the stop flag — during backward where
     /// [`Gradients::overlaps`], else after it — with forward and backward booked as compute
-    /// (`computing`: when the step began) and the exchange's exposed time as all-reduce.
+    /// (`began`: when the step began) and the exchange's exposed time as all-reduce.
     /// Returns the exchange's figures and whether any rank raised the stop flag.
     fn backward_exchange(
         &mut self,
         loss: &Tensor,
-        weight: f32,
-        (step, stop): (u32, bool),
-        (computing, computing_unix): (Instant, Option<f64>),
+        at: StepAt,
+        began: Began,
         stats: &mut EpochStats,
     ) -> Result<(SyncStats, bool), TrainError> {
         let scale = self.scaler.as_ref().map_or(1.0, LossScaler::scale);
@@ -519,7 +435,7 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
         } else {
             loss.f_mul_scalar(scale)?
         };
-        let weight = (f64::from(weight) / scale) as f32;
+        let weight = (f64::from(at.weight) / scale) as f32;
         let device = self.device;
         // Backward's kernels count as compute, overlapped or not.
         let backward = || -> Result<(), TrainError> {
@@ -527,16 +443,21 @@ impl<'c, C: RawComm> TrialTrainer<'c, C> {
             synchronize(device);
             Ok(())
         };
-        let (s, raised) = self
-            .grads
-            .backward_and_sum(&self.exchange, (weight, stop), backward)?;
-        let compute_s = computing.elapsed().as_secs_f64() - s.seconds;
+        let (s, raised) = self.grads.backward_and_sum(
+            &self.exchange,
+            Share {
+                weight,
+                stop: at.stop,
+            },
+            backward,
+        )?;
+        let compute_s = began.at.elapsed().as_secs_f64() - s.seconds;
         stats.compute_s += compute_s;
-        if let Some(start_s) = computing_unix {
+        if let Some(start_s) = began.unix {
             let end_s = start_s + compute_s;
             stats
                 .spans
-                .push(Span::between(step, SpanKind::Compute, start_s, end_s));
+                .push(Span::between(at.step, SpanKind::Compute, start_s, end_s));
         }
         Ok((s, raised))
     }

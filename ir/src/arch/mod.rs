@@ -264,7 +264,7 @@ fn infer(i: usize, layer: &Layer, ins: &[Shape]) -> Result<Shape, String> {
             if *out_channels == 0 {
                 return Err("0 output channels".into());
             }
-            windowed(x, *out_channels, (*kernel, *stride, *padding), "kernel")?
+            windowed(x, *out_channels, [*kernel, *stride, *padding], "kernel")?
         }
         Layer::MaxPool {
             kernel,
@@ -277,7 +277,7 @@ fn infer(i: usize, layer: &Layer, ins: &[Shape]) -> Result<Shape, String> {
                     "padding {padding} exceeds half the window {kernel}"
                 ));
             }
-            windowed(x, x.c, (*kernel, *stride, *padding), "window")?
+            windowed(x, x.c, [*kernel, *stride, *padding], "window")?
         }
         Layer::BatchNorm | Layer::Relu => ins[0],
         Layer::GlobalAvgPool => Shape::new(ins[0].c, 1, 1),
@@ -296,14 +296,10 @@ fn infer(i: usize, layer: &Layer, ins: &[Shape]) -> Result<Shape, String> {
     })
 }
 
-/// The output of a sliding window (`kernel`, `stride`, `padding`) over `x` with
-/// `channels` output channels, or why the window does not fit.
-fn windowed(
-    x: Shape,
-    channels: u32,
-    (k, s, p): (u32, u32, u32),
-    what: &str,
-) -> Result<Shape, String> {
+/// The output of a sliding window `[kernel, stride, padding]` over `x` with `channels`
+/// output channels, or why the window does not fit.
+fn windowed(x: Shape, channels: u32, window: [u32; 3], what: &str) -> Result<Shape, String> {
+    let [k, s, p] = window;
     match (window_out(x.h, k, s, p), window_out(x.w, k, s, p)) {
         (Some(h), Some(w)) => Ok(Shape::new(channels, h, w)),
         _ => Err(format!(

@@ -97,7 +97,7 @@ pub fn run_trial<C: Communicator>(
         let e = run.epoch(epoch, &|| lead.is_some() && ctx.over())?;
         out.busy_s += e.compute_s + e.allreduce_s;
         if ctx.trace_steps > 0 {
-            gather_trace(comm, ctx, lead.map(|l| l.writer), (id, epoch), &e.spans)?;
+            gather_trace(comm, ctx, lead.map(|l| l.writer), id, epoch, &e.spans)?;
         }
         if !e.abandoned && !e.non_finite && !replicas_agree(comm, run.as_ref()) {
             return Err(GroupError::Diverged {
@@ -108,16 +108,14 @@ pub fn run_trial<C: Communicator>(
         let mut verdict = [GO_ON];
         let mut gone = None;
         if let Some(l) = lead {
-            let stats = (&e, &count);
-            verdict[0] = match lead_verdict(
-                l,
-                ctx,
+            let done = Finished {
                 id,
-                (epoch, spec.epochs),
-                stats,
-                &mut out,
-                &mut stopper,
-            ) {
+                epoch,
+                of: spec.epochs,
+                stats: &e,
+                count: &count,
+            };
+            verdict[0] = match lead_verdict(l, ctx, &done, &mut out, &mut stopper) {
                 Err(GroupError::Transport(e @ TransportError::PrimarySilent { .. })) => {
                     gone = Some(e.to_string());
                     ABANDON
@@ -153,17 +151,26 @@ pub fn run_trial<C: Communicator>(
     Ok(out)
 }
 
+/// One epoch of a trial as the leader judges and records it: which trial, its number of
+/// the trial's `of`, what training it gave and the trial's operation counts.
+struct Finished<'a> {
+    id: TrialId,
+    epoch: u32,
+    of: u32,
+    stats: &'a EpochStats,
+    count: &'a OpCount,
+}
+
 /// The leader's verdict on a finished (or abandoned) epoch: the run is over, the trial
 /// failed, or the epoch is recorded and reported and early stopping decides.
 fn lead_verdict<C: Communicator>(
     l: &LeaderSide<'_, C>,
     ctx: &RunContext,
-    id: TrialId,
-    (epoch, of): (u32, u32),
-    (e, count): (&EpochStats, &OpCount),
+    done: &Finished<'_>,
     out: &mut TrialOutcome,
     stopper: &mut EarlyStopping,
 ) -> Result<u8, GroupError> {
+    let (id, epoch, e) = (done.id, done.epoch, done.stats);
     if e.abandoned || ctx.over() {
         // Abandoned, or completed after the deadline: it does not count.
         log::info!(
@@ -183,11 +190,11 @@ fn lead_verdict<C: Communicator>(
         );
         return Ok(FAILED);
     }
-    let row = record_epoch(l, ctx, id, epoch, e, count)?;
+    let row = record_epoch(l, ctx, done)?;
     out.epochs = epoch;
     out.best = out.best.max(e.figures.val_accuracy);
     out.curve.push(e.figures.val_accuracy);
-    log_epoch(l.group, id.model_id, epoch, of, e);
+    log_epoch(l.group, done);
     let progress = ToPrimary::Progress {
         group: l.group,
         model_id: id.model_id,
@@ -212,7 +219,8 @@ fn gather_trace(
     comm: &SimpleCommunicator,
     ctx: &RunContext,
     writer: Option<&GroupWriter>,
-    (id, epoch): (TrialId, u32),
+    id: TrialId,
+    epoch: u32,
     spans: &[crate::train::Span],
 ) -> Result<(), GroupError> {
     let offset = ctx.clock.offset_s;
@@ -272,11 +280,9 @@ fn replicas_agree(comm: &SimpleCommunicator, run: &dyn TrialRun) -> bool {
 fn record_epoch<C: Communicator>(
     l: &LeaderSide<'_, C>,
     ctx: &RunContext,
-    id: TrialId,
-    epoch: u32,
-    e: &EpochStats,
-    count: &OpCount,
+    done: &Finished<'_>,
 ) -> Result<EpochRow, GroupError> {
+    let (id, epoch, e, count) = (done.id, done.epoch, done.stats, done.count);
     let ops = |v: u128, what: &'static str| {
         u64::try_from(v).map_err(|_| GroupError::OpsOverflow {
             model_id: id.model_id,
@@ -318,7 +324,8 @@ fn record_epoch<C: Communicator>(
     Ok(row)
 }
 
-fn log_epoch(group: u32, model_id: u64, epoch: u32, of: u32, e: &EpochStats) {
+fn log_epoch(group: u32, done: &Finished<'_>) {
+    let (model_id, epoch, of, e) = (done.id.model_id, done.epoch, done.of, done.stats);
     log::info!(
         "group {group} model {model_id} epoch {epoch}/{of}: val acc {:.4}, loss {:.4}, {:.0} img/s, compute {:.1} s, all-reduce {:.2} s, data wait {:.2} s",
         e.figures.val_accuracy,

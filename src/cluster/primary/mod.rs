@@ -17,7 +17,7 @@ use aiperf_records::schema::{TpeRow, TrialRow, TrialStatus};
 use aiperf_records::writer::PrimaryWriter;
 use aiperf_records::RecordError;
 
-pub use super::status::Totals;
+pub use super::status::{Totals, Trials};
 pub use serve::{serve, ServeConfig, ServeError, ServeOutcome};
 
 use super::protocol::{HistoryEntry, ToGroup, ToPrimary};
@@ -234,8 +234,11 @@ impl<S: RecordSink> Primary<S> {
 
     /// Trials finished (over the whole run) and running (registered in this session and
     /// not finished).
-    pub fn trial_counts(&self) -> (usize, usize) {
-        (self.history.len(), self.registered.len())
+    pub fn trial_counts(&self) -> Trials {
+        Trials {
+            finished: self.history.len(),
+            running: self.registered.len(),
+        }
     }
 
     /// The digest chains of the groups that said goodbye, in group order (recorded at a

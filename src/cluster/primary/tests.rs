@@ -148,7 +148,13 @@ fn regression_a_repeated_result_is_recorded_once() {
         .handle(1, result(0, 0, 0.5, defaults()), 31.0, false)
         .unwrap();
     assert_eq!(again, Some(ToGroup::History(vec![])));
-    assert_eq!(p.trial_counts(), (1, 0));
+    assert_eq!(
+        p.trial_counts(),
+        Trials {
+            finished: 1,
+            running: 0
+        }
+    );
     let sink = p.into_sink();
     assert_eq!((sink.trials.len(), sink.tpe.len()), (1, 1));
 }
@@ -350,7 +356,13 @@ fn a_restored_primary_goes_on_from_the_recorded_rounds_ids_and_totals() {
     assert!(matches!(welcome, Some(ToGroup::Welcome { round: 1, .. })));
     assert_eq!(p.totals().epochs, 4);
     // Regression: the status line's "running" counts this session's trials only.
-    assert_eq!(p.trial_counts(), (0, 1));
+    assert_eq!(
+        p.trial_counts(),
+        Trials {
+            finished: 0,
+            running: 1
+        }
+    );
 }
 
 fn bye(group: u32, epochs: u64) -> ToPrimary {

@@ -7,26 +7,23 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use aiperf_records::rules::DatasetIdentity;
 use anyhow::{bail, Context};
 use mpi::collective::CommunicatorCollectives;
 use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::Communicator;
 
 use super::{agree, init_mpi, once, set_results_hint};
-use crate::arch::{self, Graph};
+use crate::arch::Graph;
 use crate::cluster::bootstrap::{self, Placement};
 use crate::cluster::run::{run_role, RunContext, StartRecord};
 use crate::cluster::transport::broadcast_value;
 use crate::config::{RecordedConfig, RunFlags, TrainerKind};
-use crate::data::open_split;
-use crate::ops::OpCount;
 use crate::platform::DeviceChoice;
-use crate::train::emulated::EmulatedTrainer;
-use crate::train::fault::FaultyTrainer;
-use crate::train::simulated::{SimDevice, SimulatedTrainer};
-use crate::train::{RealTrainer, Trainer};
+use crate::train::Trainer;
 use aiperf_records::folder as claim;
+use trainers::{Built, Images};
+
+mod trainers;
 
 /// What rank 0 read from a stopped run's records, for every rank.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -74,22 +71,25 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
         .map_or(Color::undefined(), |g| Color::with_value(g as i32));
     let group_comm = world.split_by_color(color);
     resolve_exchange(&world, group_comm.as_ref(), level, &mut config);
-    let ceilings = super::kernels::resolve(&world, &place, &common, &mut config, first_graph)?;
-    let built = trainer(&world, &config, &place, &given);
-    let (trainer, start_graph, dataset) = agree(&world, built)?;
+    let ceilings =
+        super::kernels::resolve(&world, &place, &common, &mut config, trainers::first_graph)?;
+    let built = trainers::trainer(&world, &config, &place, &given);
+    let Built {
+        trainer,
+        start,
+        dataset,
+    } = agree(&world, built)?;
     let (claim, held) = claim_results(&world, &results, common.t0_s, saved.as_ref())?;
     // Rank 0 keeps the claim fresh while the job lives: a resume elsewhere can tell.
     let _heartbeat = held.as_ref().map(claim::Heartbeat::start);
     // Every rank or none goes on to its role: one rank's failure here must not leave the
     // others waiting in it.
-    let built = context(
-        &config,
-        &common,
-        (results.clone(), claim),
-        saved.is_some(),
-        trainer,
-        start_graph,
-    );
+    let to = Destination {
+        results: results.clone(),
+        claim,
+        resume: saved.is_some(),
+    };
+    let built = context(&config, &common, to, trainer, start);
     let ctx = agree(&world, built)?;
     let start = StartRecord {
         dataset,
@@ -206,14 +206,7 @@ fn placement(
     saved: Option<&Saved>,
     device: DeviceChoice,
 ) -> anyhow::Result<Placement> {
-    let place = bootstrap::place(
-        world,
-        (config.trainer, device),
-        config.group_size,
-        config.threads,
-        config.sim.ops,
-    )
-    .map_err(anyhow::Error::msg)?;
+    let place = bootstrap::place(world, config, device).map_err(anyhow::Error::msg)?;
     if let Some(s) = saved {
         if place.layout.groups() != s.groups {
             bail!(
@@ -279,11 +272,15 @@ fn diverged(run: &aiperf_records::Run, config: &RecordedConfig) -> String {
 fn context(
     config: &RecordedConfig,
     common: &bootstrap::Common,
-    (results, claim): (PathBuf, claim::Claim),
-    resume: bool,
+    to: Destination,
     trainer: Box<dyn Trainer>,
     start: Graph,
 ) -> anyhow::Result<RunContext> {
+    let Destination {
+        results,
+        claim,
+        resume,
+    } = to;
     let interrupted = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, Arc::clone(&interrupted))?;
@@ -330,6 +327,14 @@ fn precision_name(config: &RecordedConfig, given: &Given) -> String {
     }
 }
 
+/// Where this job's records go: the folder, the claim every writer checks before its first
+/// record, and whether the job continues a stopped run.
+struct Destination {
+    results: PathBuf,
+    claim: claim::Claim,
+    resume: bool,
+}
+
 /// What the command line asks of a run beyond its recorded configuration, parsed once with
 /// it ([`configure`]); nothing reads the flags after.
 struct Given {
@@ -337,7 +342,7 @@ struct Given {
     results: Option<PathBuf>,
     /// `--train-images` and `--val-images`, which must exist in the packs (a preset's own
     /// counts are caps).
-    images: (Option<usize>, Option<usize>),
+    images: Images,
     /// The test double `--fault`: never recorded (the records' precision says
     /// `fault-injected`, and such a run is never VALID).
     fault: Option<crate::train::fault::Fault>,
@@ -351,7 +356,10 @@ fn configure(
 ) -> anyhow::Result<(RecordedConfig, Option<Saved>, Given)> {
     let given = Given {
         results: flags.resume.clone().or_else(|| flags.results.clone()),
-        images: (flags.train_images, flags.val_images),
+        images: Images {
+            train: flags.train_images,
+            val: flags.val_images,
+        },
         fault: flags.fault,
     };
     let Some(dir) = flags.resume.clone() else {
@@ -402,240 +410,4 @@ fn read_saved(dir: &Path) -> anyhow::Result<Saved> {
         groups: info.groups,
         claim,
     })
-}
-
-/// This rank's trainer, the start architecture and the dataset's identity.
-fn trainer(
-    world: &SimpleCommunicator,
-    config: &RecordedConfig,
-    place: &Placement,
-    given: &Given,
-) -> anyhow::Result<(Box<dyn Trainer>, Graph, DatasetIdentity)> {
-    let (inner, start, dataset): (Box<dyn Trainer>, Graph, DatasetIdentity) = match config.trainer {
-        TrainerKind::Simulated | TrainerKind::Emulated => synthetic_trainer(config)?,
-        TrainerKind::Real => {
-            // Lines every trainer would log alike are logged by the first one only.
-            let rank = world.rank() as usize;
-            let first = place.layout.group_of.iter().position(Option::is_some) == Some(rank);
-            real_trainer(config, place, first, given.images)?
-        }
-    };
-    let trainer = match given.fault {
-        Some(fault) => {
-            let rank = world.rank() as usize;
-            Box::new(FaultyTrainer {
-                inner,
-                fault,
-                world_rank: rank as u32,
-                group: place.layout.group_of[rank].unwrap_or(u32::MAX),
-            })
-        }
-        None => inner,
-    };
-    Ok((trainer, start, dataset))
-}
-
-/// The simulated or emulated trainer, on the synthetic dataset the flags describe.
-fn synthetic_trainer(
-    config: &RecordedConfig,
-) -> anyhow::Result<(Box<dyn Trainer>, Graph, DatasetIdentity)> {
-    let p = &config.preset;
-    let input = config.sim_input().map_err(anyhow::Error::msg)?;
-    let start = start_graph(&p.start, input, config.sim.classes)?;
-    let images = (config.sim.train_images, config.sim.val_images);
-    let trainer: Box<dyn Trainer> = if config.trainer == TrainerKind::Emulated {
-        Box::new(EmulatedTrainer {
-            ops_per_s: config.sim.ops,
-            images,
-            exchange: p.train.exchange,
-            seed: config.seed,
-            trace_steps: p.train.trace_steps,
-        })
-    } else {
-        Box::new(SimulatedTrainer {
-            device: SimDevice {
-                ops_per_s: config.sim.ops,
-                accelerators: 1,
-            },
-            images,
-            speedup: config.sim.speedup,
-            seed: config.seed,
-        })
-    };
-    let identity = DatasetIdentity {
-        name: "synthetic".into(),
-        train_images: images.0,
-        val_images: images.1,
-        classes: config.sim.classes,
-        stored: [input.c, input.h, input.w],
-        input: [input.h, input.w, input.c],
-        subset: None,
-        crc32: None,
-    };
-    Ok((trainer, start, identity))
-}
-
-/// The run's first architecture on its dataset (for the start-up probe).
-fn first_graph(config: &RecordedConfig) -> anyhow::Result<Graph> {
-    let p = &config.preset;
-    let dir = config.data_dir();
-    let h = open_split(&dir, "train")?.header().clone();
-    let (oh, ow) = input_size(p, &h, &dir)?;
-    start_graph(
-        &p.start,
-        arch::Shape::new(h.channels, oh, ow),
-        h.num_classes,
-    )
-}
-
-fn start_graph(name: &str, input: arch::Shape, classes: u32) -> anyhow::Result<Graph> {
-    let start = arch::by_name(name, input, classes).ok_or_else(|| {
-        anyhow::anyhow!(
-            "start architecture {name:?}: use one of {}",
-            crate::config::STARTS.join(", ")
-        )
-    })?;
-    OpCount::of(&start).with_context(|| format!("start {name} does not fit the {input} input"))?;
-    Ok(start)
-}
-
-/// The libtorch trainer over the dataset's packs; the node's first training rank verifies
-/// their checksums before anything trains.
-fn real_trainer(
-    config: &RecordedConfig,
-    place: &Placement,
-    first: bool,
-    images: (Option<usize>, Option<usize>),
-) -> anyhow::Result<(Box<dyn Trainer>, Graph, DatasetIdentity)> {
-    let p = &config.preset;
-    let dir = config.data_dir();
-    let train = open_split(&dir, "train")?;
-    let val = open_split(&dir, "val")?;
-    if place.local == Some(0) {
-        train.verify()?;
-        val.verify()?;
-    }
-    let h = train.header().clone();
-    let (oh, ow) = input_size(p, &h, &dir)?;
-    let start = start_graph(
-        &p.start,
-        arch::Shape::new(h.channels, oh, ow),
-        h.num_classes,
-    )?;
-    crate::data::same_shape(&dir, &h, val.header())?;
-    check_counts(images, &dir, h.num_samples, val.header().num_samples)?;
-    check_batch_fits(config, place, h.num_samples)?;
-    let v = val.header();
-    let identity = DatasetIdentity {
-        name: h.source.dataset.clone(),
-        train_images: h.num_samples,
-        val_images: v.num_samples,
-        classes: h.num_classes,
-        stored: [h.channels, h.height, h.width],
-        input: [oh, ow, h.channels],
-        subset: h.source.subset.zip(v.source.subset).map(|(a, b)| a || b),
-        crc32: Some([h.crc32, v.crc32]),
-    };
-    // A staging the device cannot use fails here, before any trial runs.
-    let staging = p.train.exchange.staging.resolve(place.device)?;
-    if first {
-        log::info!("gradient exchange on {}", staging.describe());
-    }
-    let real = RealTrainer {
-        cfg: p.train.clone(),
-        device: place.device,
-        train_pack: train,
-        val_pack: val,
-    };
-    Ok((Box::new(real), start, identity))
-}
-
-/// The inputs' height and width after the preset's augmentation of the images of `dir`
-/// (header `h`): both augmentations must fit the images and give the same size.
-fn input_size(
-    p: &crate::config::Preset,
-    h: &crate::data::Header,
-    dir: &Path,
-) -> anyhow::Result<(u32, u32)> {
-    p.train.augment.check_fits(h.height, h.width).map_err(|e| {
-        anyhow::anyhow!(
-            "train.augment of preset {}: {e} of {}",
-            p.name,
-            dir.display()
-        )
-    })?;
-    p.train
-        .val_augment
-        .check_fits(h.height, h.width)
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "train.val_augment of preset {}: {e} of {}",
-                p.name,
-                dir.display()
-            )
-        })?;
-    let (oh, ow) = p.train.augment.output_hw(h.height, h.width);
-    let val_hw = p.train.val_augment.output_hw(h.height, h.width);
-    if val_hw != (oh, ow) {
-        bail!(
-            "preset {}: train.augment makes {oh}x{ow} inputs but train.val_augment {}x{} from the {}x{} images of {}: validation must see the training's input size",
-            p.name,
-            val_hw.0,
-            val_hw.1,
-            h.height,
-            h.width,
-            dir.display()
-        );
-    }
-    Ok((oh, ow))
-}
-
-/// The images an epoch is asked for by flag must exist in the packs — checked before
-/// anything runs. (A preset's own counts are caps: the built-in presets' subsets of the
-/// official datasets, taken whole from a smaller pack.)
-fn check_counts(
-    (train_images, val_images): (Option<usize>, Option<usize>),
-    dir: &Path,
-    train: u64,
-    val: u64,
-) -> anyhow::Result<()> {
-    let asked = [
-        ("--train-images", "train", train_images, train),
-        ("--val-images", "val", val_images, val),
-    ];
-    for (flag, split, n, have) in asked {
-        if let Some(n) = n.filter(|&n| n as u64 > have) {
-            bail!(
-                "{flag} {n} is more than the {have} images of {}: use at most {have}, or leave it out for all of them",
-                dir.join(format!("{split}.aipk")).display()
-            );
-        }
-    }
-    Ok(())
-}
-
-/// Every batch size TPE may draw must make at least one global batch of the group from
-/// the epoch's training images — checked before anything runs.
-fn check_batch_fits(
-    config: &RecordedConfig,
-    place: &Placement,
-    samples: u64,
-) -> anyhow::Result<()> {
-    let p = &config.preset;
-    let images = p
-        .train
-        .train_images
-        .map_or(samples, |n| (n as u64).min(samples));
-    let ranks = (0..place.layout.groups())
-        .map(|g| place.layout.ranks_of(g))
-        .max()
-        .unwrap_or(1) as u64;
-    let global = u64::from(p.batch_size.1) * ranks;
-    if global > images {
-        bail!(
-            "batch sizes up to {} per rank × {ranks} ranks per group make a global batch of {global}, more than the {images} training images per epoch: lower the batch-size range (--batch-size) or use more training images (--train-images)",
-            p.batch_size.1
-        );
-    }
-    Ok(())
 }
