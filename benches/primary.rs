@@ -13,10 +13,10 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use aiperf::arch::{resnet50, Graph, Shape};
-use aiperf::cluster::primary::{Primary, PrimaryConfig};
-use aiperf::cluster::protocol::{encode, ToGroup, ToPrimary};
-use aiperf::cluster::status::process_cpu_s;
+use aiperf::roles::primary::{Primary, PrimaryConfig};
+use aiperf::roles::status::process_cpu_s;
 use aiperf::search::{random_morphism, Hparams, Limits, Space};
+use aiperf::world::protocol::{encode, ToGroup, ToPrimary};
 use aiperf_records::writer::{PrimaryWriter, RunMeta};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

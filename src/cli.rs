@@ -207,6 +207,12 @@ fn range<T: PartialOrd + std::fmt::Display>(flag: &str, v: T, lo: T, hi: T) -> a
 pub const MAX_COMM_BYTES: u64 = 1 << 30;
 
 impl CommBenchArgs {
+    /// The sweep's sizes: the powers of two from `--min-bytes` to `--max-bytes` (at least 4
+    /// bytes, one `f32`).
+    pub fn sizes(&self) -> Vec<u64> {
+        powers_of_two(self.min_bytes, self.max_bytes)
+    }
+
     /// The exchange the `exchange`, `exchange-copy` and `hierarchical` methods time (after
     /// [`Self::validate`]).
     pub fn exchange_config(&self) -> crate::exchange::ExchangeConfig {
@@ -217,7 +223,7 @@ impl CommBenchArgs {
     pub fn validate(&self) -> anyhow::Result<()> {
         range("--max-bytes", self.max_bytes, 1, MAX_COMM_BYTES)?;
         range("--min-bytes", self.min_bytes, 1, self.max_bytes)?;
-        if crate::cluster::commbench::sizes(self.min_bytes, self.max_bytes).is_empty() {
+        if self.sizes().is_empty() {
             anyhow::bail!(
                 "--min-bytes {} --max-bytes {}: no power of two of at least 4 bytes lies in this range, so nothing would be measured; widen it (e.g. --min-bytes 4)",
                 self.min_bytes,
@@ -390,5 +396,28 @@ impl AuditArgs {
             bail!("--timed compares epoch times on the run's own platform: it needs the exact mode, not --mode statistical");
         }
         Ok(())
+    }
+}
+
+/// The powers of two from `min` (rounded up, at least 4) to `max`.
+fn powers_of_two(min: u64, max: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut s = min.max(4).next_power_of_two();
+    while s <= max {
+        out.push(s);
+        s *= 2;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::powers_of_two;
+
+    #[test]
+    fn comm_bench_sizes_are_powers_of_two_within_the_range() {
+        assert_eq!(powers_of_two(1000, 9000), vec![1024, 2048, 4096, 8192]);
+        assert_eq!(powers_of_two(1, 4), vec![4]);
+        assert!(powers_of_two(9000, 1000).is_empty());
     }
 }

@@ -91,7 +91,7 @@ pub fn device_label(d: tch::Device) -> String {
 }
 
 /// This machine's Unix time, seconds (a rank's own clock: the common clock subtracts its
-/// offset, `crate::cluster::clock`).
+/// offset, `crate::world::clock`).
 pub fn unix_s() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

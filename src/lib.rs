@@ -8,7 +8,6 @@ pub use aiperf_ir::{arch, ops};
 
 pub mod ceiling;
 pub mod cli;
-pub mod cluster;
 pub mod commands;
 pub mod config;
 pub mod data;
@@ -19,8 +18,10 @@ pub mod host;
 pub mod model;
 pub mod monitor;
 pub mod platform;
+pub mod roles;
 pub mod search;
 pub mod seeds;
 pub mod stats;
 pub mod train;
 pub mod version;
+pub mod world;

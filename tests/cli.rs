@@ -1,5 +1,6 @@
-//! The `aiperf` binary as users run it: `data-check` on a prepared split, `doctor` under
-//! a real `mpirun` with two ranks, and mistakes on the command line under a launcher.
+//! The `aiperf` binary as users run it, one process: `data-check` on a prepared split, `ops`,
+//! `search-sim`, and mistakes on the command line named by flag. `doctor` has its own file,
+//! and so has a mistake made under a launcher (said once).
 
 use std::path::Path;
 use std::process::Command;
@@ -123,82 +124,6 @@ fn data_check_reports_bad_input_and_exits_nonzero() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "clap usage error");
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown augmentation"));
-}
-
-#[test]
-fn doctor_under_mpirun_reports_every_rank() {
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let out = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-        .args(["2", "doctor", "--json"])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e} (is OpenMPI installed? run scripts/dev/setup)",
-                launcher.display()
-            )
-        });
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut ranks: Vec<i64> = stdout
-        .lines()
-        .map(|l| {
-            let v: serde_json::Value =
-                serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
-            assert_eq!(v["mpi_world_size"], 2);
-            assert!(v["hdf5_version"].as_str().unwrap().starts_with("1."));
-            assert!(Path::new(v["libtorch_lib"].as_str().unwrap())
-                .join("libtorch_cpu.so")
-                .exists());
-            // NVML's devices, or why there are none (this machine has no GPU driver).
-            let acc = &v["accelerators"];
-            let names = acc["names"].as_array().unwrap();
-            assert_eq!(acc["nvml"] == "loaded", !names.is_empty(), "{acc}");
-            assert!(!acc["nvml"].as_str().unwrap().is_empty(), "{acc}");
-            v["mpi_rank"].as_i64().unwrap()
-        })
-        .collect();
-    ranks.sort();
-    assert_eq!(ranks, vec![0, 1]);
-}
-
-/// The doctor on a node that counts as having GPUs (`AIPERF_GPU_NODE=1`) with this CPU-only
-/// libtorch: it reports, then fails naming the command that gets a CUDA build — unless
-/// `--device cpu` asks for the processors.
-#[test]
-fn doctor_refuses_a_cpu_libtorch_on_a_gpu_node_unless_cpu_is_asked() {
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let doctor = |extra: &[&str]| {
-        let out = Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-            .env("AIPERF_GPU_NODE", "1")
-            .args(["2", "doctor"])
-            .args(extra)
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-        (out.status.success(), text.into_owned())
-    };
-    let (ok, text) = doctor(&[]);
-    assert!(!ok, "{text}");
-    assert!(
-        text.contains("computes natively")
-            && text.contains("this node has GPUs (forced by AIPERF_GPU_NODE=1)")
-            && text.contains("make build AIPERF_TORCH=cuda"),
-        "{text}"
-    );
-    let (ok, text) = doctor(&["--device", "cpu"]);
-    assert!(ok && text.contains("computes natively"), "{text}");
-    // Asking for CUDA where libtorch has none is an error, not a quiet fall-back.
-    let (ok, text) = doctor(&["--device", "cuda"]);
-    assert!(
-        !ok && text.contains("--device cuda: libtorch sees no CUDA device"),
-        "{text}"
-    );
 }
 
 #[test]
@@ -461,135 +386,16 @@ fn regression_data_check_names_the_splits_it_knows() {
     );
 }
 
-/// One message per mistake under a launcher — clap's parse errors, and the range
-/// errors of the MPI tools, are printed by rank 0 alone, with clap's exit status 2.
-///
-/// The failure guarded against: the other ranks exit 2 at once, `mpirun` kills the job, and
-/// rank 0 dies before printing. Here rank 0 starts late (a wrapper sleeps first), so a rank
-/// that fails the job before rank 0 has spoken would lose the message every time.
-#[test]
-fn regression_parse_and_range_errors_are_printed_once_under_mpirun() {
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let tmp = tempfile::tempdir().unwrap();
-    let late = tmp.path().join("rank0-late");
-    wrapper(&late, "[ \"${OMPI_COMM_WORLD_RANK:-0}\" = 0 ] && sleep 2");
-    let cases: [(&[&str], &str, i32); 4] = [
-        (
-            &["run", "--no-such-flag"],
-            "unexpected argument '--no-such-flag'",
-            2,
-        ),
-        (&["run", "--duration", "soon"], "invalid value 'soon'", 2),
-        (&["dp-check", "--steps", "0"], "--steps", 1),
-        (&["comm-bench", "--iters", "0"], "--iters", 1),
-    ];
-    for (args, says, status) in cases {
-        let out = Command::new(&launcher)
-            .env("AIPERF_BIN", &late)
-            .arg("3")
-            .args(args)
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(status), "{args:?}: {err}");
-        assert_eq!(err.matches(says).count(), 1, "{args:?}: {err}");
-    }
-    // --help is printed once too.
-    let out = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-        .args(["3", "run", "--help"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
-    let once = "Print the resolved configuration";
-    assert_eq!(text.matches(once).count(), 1, "{text}");
-}
-
-/// An executable shell script at `path` that runs `before`, then execs aiperf with its
-/// arguments (a stand-in for `AIPERF_BIN` that changes one rank's conditions).
-fn wrapper(path: &Path, before: &str) {
-    use std::os::unix::fs::PermissionsExt;
-    let bin = env!("CARGO_BIN_EXE_aiperf");
-    std::fs::write(path, format!("#!/bin/sh\n{before}\nexec '{bin}' \"$@\"\n")).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
-}
-
-/// Regression (review, 2026-12-03): every rank reads `--config` from its own disk. Where
-/// only rank 0 could, the others failed silently and rank 0 went on into a collective
-/// alone; now the ranks agree, and rank 0 names the ranks that could not read it. Each rank
-/// runs in its own folder here, the preset file only in rank 0's.
-#[test]
-fn regression_a_preset_file_missing_on_some_ranks_is_named_not_waited_for() {
-    let tmp = tempfile::tempdir().unwrap();
-    let preset = aiperf().args(["run", "--print-config"]).output().unwrap();
-    assert!(preset.status.success());
-    for rank in 0..3 {
-        std::fs::create_dir(tmp.path().join(format!("rank{rank}"))).unwrap();
-    }
-    std::fs::write(tmp.path().join("rank0/preset.json"), &preset.stdout).unwrap();
-    let bin = tmp.path().join("in-own-folder");
-    let cd = format!(
-        "cd '{}'/rank\"$OMPI_COMM_WORLD_RANK\"",
-        tmp.path().display()
-    );
-    wrapper(&bin, &cd);
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    // `timeout`: the old behaviour was a hang; a bound far above the seconds it takes.
-    let out = Command::new("timeout")
-        .arg("300")
-        .arg(&launcher)
-        .env("AIPERF_BIN", &bin)
-        .args([
-            "3",
-            "run",
-            "--trainer",
-            "simulated",
-            "--config",
-            "preset.json",
-        ])
-        .args(["--duration", "5", "--results"])
-        .arg(tmp.path().join("results"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert_eq!(err.matches("preset.json").count(), 1, "{err}");
-    assert!(err.contains("ranks 1, 2 on "), "{err}");
-    assert!(!tmp.path().join("results/primary.h5").exists(), "{err}");
-}
-
 /// Regression: comm-bench over a size range holding no power of two measured nothing and
-/// exited 0; its `--group-size` refusal was printed by every rank.
+/// exited 0.
 #[test]
-fn regression_comm_bench_refuses_a_range_that_measures_nothing_and_says_it_once() {
+fn regression_comm_bench_refuses_a_range_that_measures_nothing() {
     for (lo, hi) in [("1", "1"), ("3", "3"), ("5", "7")] {
         refused(
             &["comm-bench", "--min-bytes", lo, "--max-bytes", hi],
             &["nothing would be measured", "--min-bytes"],
         );
     }
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
-    let out = Command::new(&launcher)
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-        .args([
-            "3",
-            "comm-bench",
-            "--group-size",
-            "2",
-            "--max-bytes",
-            "1024",
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
-    assert_eq!(
-        err.matches("--group-size 2 must divide the 3 ranks")
-            .count(),
-        1,
-        "{err}"
-    );
 }
 
 /// Regression: a part of a flag value out of range was answered with the expected form;

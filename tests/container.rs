@@ -132,7 +132,7 @@ fn a_run_on_four_hosts_scores_audits_and_its_folder_is_claimed_across_hosts() {
                 "--results",
                 run,
                 "--duration",
-                "45",
+                "900",
                 "--epochs",
                 "2",
                 "--batch-size",
@@ -181,6 +181,9 @@ fn a_run_on_four_hosts_scores_audits_and_its_folder_is_claimed_across_hosts() {
         said.contains("claimed by another job") && said.contains("on n1"),
         "{said}"
     );
+    // Then the job is stopped as at a time limit: it ends when told, on a machine of any
+    // speed, with the epoch it waited for on record.
+    cluster.terminate(&FOUR);
     let status = job.wait().unwrap();
     let text = log.finish();
     assert!(status.success(), "{text}");

@@ -5,7 +5,8 @@
 
 mod arithmetic;
 mod audit;
-mod kernels;
+mod comm_bench;
+mod doctor_arithmetic;
 mod mpi_tools;
 mod offline;
 mod run;
@@ -13,7 +14,8 @@ mod run;
 use mpi::environment::Universe;
 
 pub use audit::{audit, AuditFailed, DataDiffers};
-pub use mpi_tools::{comm_bench, doctor, dp_check};
+pub use comm_bench::comm_bench;
+pub use mpi_tools::{doctor, dp_check};
 pub use offline::{data_check, ops, search_sim};
 pub use run::run;
 
@@ -52,10 +54,10 @@ pub(crate) fn agree<T>(
         return mine;
     }
     let text = mine.as_ref().err().map(|e| format!("{e:#}"));
-    let host = crate::cluster::bootstrap::host_name();
+    let host = crate::world::bootstrap::host_name();
     // "host NUL error", or nothing when this rank succeeded.
     let entry = text.map_or(String::new(), |t| format!("{host}\0{t}"));
-    let all = crate::cluster::transport::all_gather_strings(world, &entry);
+    let all = crate::world::transport::all_gather_strings(world, &entry);
     if world.rank() != 0 {
         return Err(Silent.into());
     }
@@ -139,7 +141,7 @@ fn abort_on_panic(rank: i32, records: Option<&std::path::Path>) {
             "aiperf: error: rank {rank} panicked: aborting the whole job (MPI_Abort){resume}"
         );
         // MPI is initialised: the hook is installed after it.
-        crate::cluster::transport::abort_job(70)
+        crate::world::transport::abort_job(70)
     }));
 }
 

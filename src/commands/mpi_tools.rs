@@ -1,12 +1,10 @@
-//! The MPI tools: `doctor` (what each rank sees), `dp-check` (bit-identical data-parallel
-//! training) and `comm-bench` (the interconnect profile).
+//! The MPI tools `doctor` (what each rank sees) and `dp-check` (bit-identical data-parallel
+//! training); `comm-bench` has its own module.
 
-use anyhow::{bail, Context};
-use mpi::collective::CommunicatorCollectives;
+use anyhow::bail;
 use mpi::traits::Communicator;
 
 use super::init_mpi;
-use crate::cli::CommBenchArgs;
 use crate::platform::Platform;
 
 /// `aiperf doctor`: what this build and machine provide, per rank.
@@ -21,7 +19,10 @@ pub fn doctor(json: bool, device: crate::platform::DeviceChoice) -> anyhow::Resu
     }
     let p = Platform::probe(crate::version::mpi_library(), world.size(), world.rank());
     // Every rank or none: `--device cuda` without CUDA is an error, not a fall-back.
-    let arith = super::agree(&world, super::arithmetic::Arithmetic::probe(&world, device))?;
+    let arith = super::agree(
+        &world,
+        super::doctor_arithmetic::Arithmetic::probe(&world, device),
+    )?;
     let mine = if json {
         serde_json::to_string(&arith.with(&p))?
     } else {
@@ -35,7 +36,7 @@ pub fn doctor(json: bool, device: crate::platform::DeviceChoice) -> anyhow::Resu
     };
     // Rank 0 prints every rank's report in rank order: lines written by several ranks at
     // once can be interleaved mid-line by the launcher's output forwarding.
-    let all = crate::cluster::transport::all_gather_strings(&world, &mine);
+    let all = crate::world::transport::all_gather_strings(&world, &mine);
     if world.rank() == 0 {
         for text in all {
             println!("{text}");
@@ -77,84 +78,6 @@ fn platform_line(p: &Platform) -> String {
         p.mpi_cuda_aware,
         p.hdf5_version
     )
-}
-
-/// `aiperf comm-bench`: all-reduce and exchange bandwidth over a sweep of sizes.
-pub fn comm_bench(a: CommBenchArgs) -> anyhow::Result<()> {
-    use crate::cluster::commbench;
-    use mpi::topology::Color;
-    if a.min_bytes == 0 || a.min_bytes > a.max_bytes || a.iters == 0 {
-        bail!("--min-bytes must be in 1..=--max-bytes and --iters at least 1");
-    }
-    let (universe, _) = init_mpi()?;
-    let world = universe.world();
-    let sizes = commbench::sizes(a.min_bytes, a.max_bytes);
-    let mut scopes = vec![(
-        "world".to_string(),
-        commbench::sweep(&world, &sizes, a.iters, a.warmup, &a.exchange_config()),
-    )];
-    if let Some(g) = a.group_size {
-        if g == 0 || !(world.size() as usize).is_multiple_of(g) {
-            // Every rank finds it alike: said once, by rank 0.
-            let bad = anyhow::anyhow!("--group-size {g} must divide the {} ranks", world.size());
-            return super::once(&world, Err(bad));
-        }
-        let color = Color::with_value(world.rank() / g as i32);
-        let group = world
-            .split_by_color(color)
-            .context("splitting the world into groups")?;
-        let rows = commbench::sweep(&group, &sizes, a.iters, a.warmup, &a.exchange_config());
-        scopes.push((format!("groups of {g} ranks (group 0 shown)"), rows));
-    }
-    scopes.extend(node_scopes(&world, &sizes, &a)?);
-    if world.rank() == 0 {
-        for (scope, rows) in &scopes {
-            if a.json {
-                for r in rows {
-                    let mut v = serde_json::to_value(r)?;
-                    v["scope"] = serde_json::json!(scope);
-                    println!("{v}");
-                }
-            } else {
-                print!("{}", commbench::table(scope, rows));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// When the world spans several nodes: the sweep within each node (shared memory; node 0
-/// shown) and across nodes with one rank per node (the interconnect alone; the ranks of
-/// local index 0 shown), so inter-node figures stand apart from intra-node ones.
-fn node_scopes(
-    world: &mpi::topology::SimpleCommunicator,
-    sizes: &[u64],
-    a: &CommBenchArgs,
-) -> anyhow::Result<Vec<(String, Vec<crate::cluster::commbench::CommRow>)>> {
-    use crate::cluster::commbench;
-    use mpi::topology::Color;
-    let node = world.split_shared(world.rank());
-    let mut nodes = 0i32;
-    world.all_reduce_into(
-        &i32::from(node.rank() == 0),
-        &mut nodes,
-        mpi::collective::SystemOperation::sum(),
-    );
-    if nodes < 2 {
-        return Ok(Vec::new());
-    }
-    let within = commbench::sweep(&node, sizes, a.iters, a.warmup, &a.exchange_config());
-    let across = world
-        .split_by_color(Color::with_value(node.rank()))
-        .context("splitting the world into one rank per node")?;
-    let over = commbench::sweep(&across, sizes, a.iters, a.warmup, &a.exchange_config());
-    Ok(vec![
-        (
-            format!("within a node ({} ranks, node 0 shown)", node.size()),
-            within,
-        ),
-        (format!("across {nodes} nodes (one rank per node)"), over),
-    ])
 }
 
 /// `aiperf dp-check`: every rank trains a tiny model with gradient exchange; all must

@@ -5,7 +5,7 @@
 use aiperf_records::rules::{self, DatasetIdentity, Severity};
 
 use super::*;
-use crate::cluster::run::search_record;
+use crate::roles::dispatch::search_record;
 
 /// The whole ImageNet, as the official packs' headers give it.
 fn imagenet() -> DatasetIdentity {

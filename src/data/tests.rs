@@ -457,7 +457,7 @@ fn channels_last_batches_hold_the_same_images_in_nhwc_memory() {
             let (y, _) = b.to_tensors(tch::Device::Cpu).unwrap();
             assert_eq!(x.size(), y.size());
             assert!(x.equal(&y), "c = {c}: the same values");
-            assert!(crate::train::layout::is_channels_last(&y), "c = {c}");
+            assert!(crate::train::memory_format::is_channels_last(&y), "c = {c}");
             if c > 1 {
                 // NHWC in memory: the channels of a pixel lie next to each other.
                 assert_eq!(y.stride(), [6 * 5 * 3, 1, 5 * 3, 3]);

@@ -11,17 +11,7 @@ use super::copied::{self, Through, Values, Weighting};
 use super::hooks::GradHooks;
 use super::staging::{ExchangeBuffer, Resolved};
 use super::views::GradViews;
-use super::{Exchange, ExchangeError, Progress, SyncStats};
-
-/// This rank's part in a step's gradient sum: the weight its gradients are scaled by (its
-/// share of the global batch) and whether it asks the group to stop.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Share {
-    /// The weight of this rank's gradients.
-    pub weight: f32,
-    /// This rank's stop flag (any rank's raises the group's).
-    pub stop: bool,
-}
+use super::{Exchange, ExchangeError, Progress, Share, SyncStats};
 
 /// The gradients of one trial's trainable variables.
 pub struct Gradients {

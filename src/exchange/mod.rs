@@ -38,7 +38,7 @@ pub use config::{
     ExchangeArgs, ExchangeConfig, ExchangeMethod, FlagError, BUCKET_BYTES, DEFAULT_BUCKET_BYTES,
     DEFAULT_FIRST_BUCKET_BYTES,
 };
-pub use gradients::{Gradients, Share};
+pub use gradients::Gradients;
 use reducer::Reducer;
 pub use staging::Staging;
 use sum::Target;
@@ -157,4 +157,14 @@ impl<'c> Exchange<'c> {
         };
         self.sum_host(sizes, buf, &mut fill, Progress::After).times
     }
+}
+
+/// This rank's part in a step's gradient sum: the weight its gradients are scaled by (its
+/// share of the global batch) and whether it asks the group to stop.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Share {
+    /// The weight of this rank's gradients.
+    pub weight: f32,
+    /// This rank's stop flag (any rank's raises the group's).
+    pub stop: bool,
 }

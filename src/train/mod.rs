@@ -9,7 +9,7 @@ pub mod amp;
 mod check;
 pub mod emulated;
 pub mod fault;
-pub mod layout;
+pub mod memory_format;
 pub mod native;
 pub mod probe;
 pub mod scaler;
@@ -22,7 +22,7 @@ use mpi::topology::SimpleCommunicator;
 
 pub use amp::Precision;
 pub use check::{dp_check, DpReport};
-pub use layout::MemoryFormat;
+pub use memory_format::MemoryFormat;
 pub use trainer::{AugmentOn, RealTrainer, TrainConfig, TrialSpec, TrialTrainer};
 
 /// What a traced span of a step was (`aiperf run --trace-steps`).

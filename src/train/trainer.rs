@@ -13,19 +13,17 @@ use std::time::Instant;
 
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
 use serde::{Deserialize, Serialize};
-use tch::nn::{ModuleT, OptimizerConfig};
+use tch::nn::ModuleT;
 use tch::{nn, Device, Kind, Reduction, Tensor};
 
 use aiperf_records::schema::EARLY_STEPS;
 
 use super::amp::Precision;
-use super::layout::MemoryFormat;
+use super::memory_format::MemoryFormat;
 use super::scaler::{LossScaler, StepAction};
 use super::schedule::LrSchedule;
-use super::setup::{broadcast_initial, loaders};
 use super::{
-    exchange_spans, float_buffers, synchronize, EpochStats, Span, SpanKind, TrainError, Trainer,
-    TrialRun,
+    exchange_spans, synchronize, EpochStats, Span, SpanKind, TrainError, Trainer, TrialRun,
 };
 use crate::arch::Graph;
 use crate::data::{Augment, Loader, Output, Pack};
@@ -148,21 +146,21 @@ struct Began {
 
 /// One trial being trained on this rank.
 pub struct TrialTrainer<'c, C: RawComm> {
-    comm: &'c C,
+    pub(super) comm: &'c C,
     /// The group's exchange (its reducer holds the node-aware exchange's communicators).
-    exchange: Exchange<'c>,
-    cfg: TrainConfig,
-    device: Device,
-    vs: nn::VarStore,
-    net: Net,
-    opt: nn::Optimizer,
-    buffers: Vec<Tensor>,
-    train: Loader,
-    val: Loader,
-    schedule: LrSchedule,
-    scaler: Option<LossScaler>,
+    pub(super) exchange: Exchange<'c>,
+    pub(super) cfg: TrainConfig,
+    pub(super) device: Device,
+    pub(super) vs: nn::VarStore,
+    pub(super) net: Net,
+    pub(super) opt: nn::Optimizer,
+    pub(super) buffers: Vec<Tensor>,
+    pub(super) train: Loader,
+    pub(super) val: Loader,
+    pub(super) schedule: LrSchedule,
+    pub(super) scaler: Option<LossScaler>,
     /// The trainable variables' gradients and their exchange (views, hooks).
-    grads: Gradients,
+    pub(super) grads: Gradients,
 }
 
 /// The libtorch trainer: data-parallel over the group, on this rank's device.
@@ -203,70 +201,6 @@ impl<C: RawComm> TrialRun for TrialTrainer<'_, C> {
 }
 
 impl<'c, C: RawComm> TrialTrainer<'c, C> {
-    /// Builds the model on `real`'s device from `spec` (collective over `comm`: the
-    /// leader's initial parameters are broadcast) and the loaders of this rank's shards.
-    pub fn new(comm: &'c C, real: &RealTrainer, spec: &TrialSpec) -> Result<Self, TrainError> {
-        let (cfg, device) = (&real.cfg, real.device);
-        match cfg.precision {
-            Precision::Auto => return Err(TrainError::Config(
-                "precision auto reached the trainer unresolved (the run resolves it at start-up)"
-                    .into(),
-            )),
-            Precision::Fp16 if !device.is_cuda() => {
-                return Err(TrainError::Config(
-                    "fp16 autocast needs a CUDA device; use --precision bf16 or fp32 on CPU".into(),
-                ))
-            }
-            _ => {}
-        }
-        let size = comm.size() as usize;
-        // Collective over the group, like everything else here.
-        let exchange = Exchange::new(comm, &cfg.exchange)?;
-        tch::manual_seed(spec.seed as i64);
-        let vs = nn::VarStore::new(device);
-        let net = Net::build(&vs.root(), &spec.graph)?;
-        // The leader's initial values everywhere (bit-identical start on any devices).
-        broadcast_initial(comm, &vs, device)?;
-        if cfg.memory_format == MemoryFormat::Auto {
-            return Err(TrainError::Config(
-                "memory format auto reached the trainer unresolved (the run resolves it at start-up)".into(),
-            ));
-        }
-        cfg.memory_format.apply_to(&vs)?;
-        let global = spec.hparams.batch_size as usize * size;
-        let lr = cfg.lr_per_256 * global as f64 / 256.0;
-        let opt = nn::Sgd {
-            momentum: cfg.momentum,
-            wd: cfg.weight_decay,
-            ..Default::default()
-        }
-        .build(&vs, lr)?;
-        let (train, val) = loaders(real, comm, spec)?;
-        let grads = Gradients::new(&vs.trainable_variables(), device, &exchange)?;
-        Ok(TrialTrainer {
-            comm,
-            cfg: TrainConfig {
-                exchange: *exchange.config(),
-                ..cfg.clone()
-            },
-            exchange,
-            device,
-            grads,
-            buffers: float_buffers(&vs),
-            vs,
-            net,
-            opt,
-            train,
-            val,
-            schedule: LrSchedule {
-                base_lr: lr,
-                warmup_epochs: cfg.warmup_epochs,
-                total_epochs: f64::from(spec.epochs.max(1)),
-            },
-            scaler: (cfg.precision == Precision::Fp16).then(LossScaler::default),
-        })
-    }
-
     /// Trains and validates epoch `epoch` (1-based); collective over the group. `stop` is
     /// asked before every step; when it says yes on any rank, the group abandons the epoch
     /// together (after that step's exchange) and returns its time split so far, marked

@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::{output, write_noisy_split};
+use crate::common::{mpirun, output, write_noisy_split};
 
 /// The kernel pins that emulate another processor: AVX2 where this one has AVX-512, else
 /// the generic level; either way a fingerprint unlike the native one.
@@ -23,11 +23,8 @@ pub const PINS_DEFAULT: [(&str, &str); 2] = [
 
 /// `aiperf ARGS` under `mpirun -np NP` with `env` set: (exit code, stdout + stderr).
 pub fn aiperf(np: usize, args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> (i32, String) {
-    let mut cmd =
-        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local"));
-    cmd.env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-        .arg(np.to_string())
-        .args(args);
+    let mut cmd = mpirun(np);
+    cmd.args(args);
     for (k, _) in PINS_AVX2.iter().chain(&PINS_DEFAULT) {
         cmd.env_remove(k);
     }
@@ -96,7 +93,7 @@ pub fn record_on(dir: &Path, name: &str, env: &[(&str, &str)], r: Recording) -> 
         "--threads",
         "1",
         // The arithmetic every processor has, in the default layout: the same evidence on
-        // any machine (bf16 and channels-last runs audit in tests/mpi_precision.rs).
+        // any machine (bf16 and channels-last runs audit in tests/precision.rs).
         "--precision",
         "fp32",
         "--memory-format",

@@ -4,6 +4,41 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use std::path::Path;
+use std::process::{Command, Output};
+
+/// The launcher every MPI test goes through: `mpi-launch/mpirun-local` with `np` ranks,
+/// running this build's `aiperf`; the caller adds the subcommand and its flags.
+pub fn mpirun(np: usize) -> Command {
+    mpirun_bin(Path::new(env!("CARGO_BIN_EXE_aiperf")), np)
+}
+
+/// [`mpirun`] running the `aiperf` executable at `bin` (a copy the test controls).
+pub fn mpirun_bin(bin: &Path, np: usize) -> Command {
+    let mut c = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local"));
+    c.env("AIPERF_BIN", bin).arg(np.to_string());
+    c
+}
+
+/// `cmd` under coreutils' `timeout`, killed after `seconds`: a job that used to hang fails
+/// the test instead of hanging the suite (a bound far above the time the work takes).
+pub fn bounded(seconds: u32, cmd: &Command) -> Command {
+    let mut c = Command::new("timeout");
+    c.arg(seconds.to_string())
+        .arg(cmd.get_program())
+        .args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
+/// A finished command's standard output, then its standard error, as text.
+pub fn text(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
 
 /// World ranks of `aiperf run` writing to `dir` (their command lines name it).
 pub fn rank_pids(dir: &Path) -> Vec<String> {
@@ -248,4 +283,28 @@ pub fn finish_quadrants(w: aiperf_data_prep::PackWriter) {
         subset: Some(false),
     };
     w.finish(names, src, 0).unwrap();
+}
+
+/// The quadrant task in `tmp/quadrants`: `train` training images and 48 validation images.
+pub fn quadrants(tmp: &Path, train: usize) -> std::path::PathBuf {
+    let data = tmp.join("quadrants");
+    std::fs::create_dir_all(&data).unwrap();
+    write_split(&data, "train", train, 1);
+    write_split(&data, "val", 48, 2);
+    data
+}
+
+/// Runs `aiperf run` (real trainer, 3 ranks) expecting it to fail; returns its stderr.
+pub fn run_failing(data: &Path, results: &Path, extra: &[&str]) -> String {
+    let out = output(
+        mpirun(3)
+            .args(["run", "--trainer", "real", "--threads", "1", "--data"])
+            .arg(data)
+            .arg("--results")
+            .arg(results)
+            .args(extra),
+    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "{err}");
+    err
 }

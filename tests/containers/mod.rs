@@ -137,6 +137,22 @@ impl Cluster {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// SIGTERM to every aiperf rank on `hosts`, as SLURM sends at a job's time limit: the run
+    /// abandons the epochs in progress, seals its records and ends.
+    pub fn terminate(&self, hosts: &[&str]) {
+        for h in hosts {
+            let out = crate::common::output(Command::new("docker").args([
+                "exec",
+                &self.id(h),
+                "pkill",
+                "-TERM",
+                "-x",
+                "aiperf",
+            ]));
+            assert!(out.status.success(), "no aiperf rank on {h} to stop");
+        }
+    }
+
     /// aiperf processes (ranks) running on `host`.
     pub fn ranks_on(&self, host: &str) -> usize {
         let out = crate::common::output(Command::new("docker").args([

@@ -19,8 +19,8 @@ use mpi::traits::Communicator;
 
 use super::{agree, init_mpi, Silent};
 use crate::cli::AuditArgs;
-use crate::cluster::transport::{all_gather_strings, broadcast_value};
 use crate::config::RecordedConfig;
+use crate::world::transport::{all_gather_strings, broadcast_value};
 use plan::{Plan, Recorded, RecordedTrial};
 use retrain::TrialResult;
 

@@ -13,13 +13,13 @@ use mpi::traits::{Communicator, Destination};
 use super::plan::{Plan, Planned};
 use crate::arch::Graph;
 use crate::cli::AuditArgs;
-use crate::cluster::transport::receive_any;
 use crate::config::RecordedConfig;
 use crate::data::open_split;
 use crate::ops::OpCount;
 use crate::search::Hparams;
 use crate::seeds::mix;
 use crate::train::{RealTrainer, Trainer, TrialSpec};
+use crate::world::transport::receive_any;
 
 /// The seed of re-training `k` of a trial whose recorded seed is `seed`: the recorded one
 /// for k = 0 and whenever `same` (timed repeats), else a seed derived from it.

@@ -14,12 +14,12 @@ use mpi::traits::Communicator;
 
 use super::{agree, init_mpi, once, set_results_hint};
 use crate::arch::Graph;
-use crate::cluster::bootstrap::{self, Placement};
-use crate::cluster::run::{run_role, RunContext, StartRecord};
-use crate::cluster::transport::broadcast_value;
 use crate::config::{RecordedConfig, RunFlags, TrainerKind};
 use crate::platform::DeviceChoice;
+use crate::roles::dispatch::{run_role, RunContext, StartRecord};
 use crate::train::Trainer;
+use crate::world::bootstrap::{self, Placement};
+use crate::world::transport::broadcast_value;
 use aiperf_records::folder as claim;
 use trainers::{Built, Images};
 
@@ -72,7 +72,7 @@ pub fn run(flags: RunFlags) -> anyhow::Result<()> {
     let group_comm = world.split_by_color(color);
     resolve_exchange(&world, group_comm.as_ref(), level, &mut config);
     let ceilings =
-        super::kernels::resolve(&world, &place, &common, &mut config, trainers::first_graph)?;
+        super::arithmetic::resolve(&world, &place, &common, &mut config, trainers::first_graph)?;
     let built = trainers::trainer(&world, &config, &place, &given);
     let Built {
         trainer,
@@ -307,7 +307,7 @@ fn context(
         interrupted,
         resume,
         trainer,
-        patience: crate::cluster::transport::Patience {
+        patience: crate::world::transport::Patience {
             wait: std::time::Duration::from_secs_f64(config.intervals.stall_timeout_s),
             host: common.hosts.first().cloned().unwrap_or_default(),
         },

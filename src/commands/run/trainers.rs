@@ -12,7 +12,6 @@ use mpi::traits::Communicator;
 
 use super::Given;
 use crate::arch::{self, Graph};
-use crate::cluster::bootstrap::Placement;
 use crate::config::{RecordedConfig, TrainerKind};
 use crate::data::open_split;
 use crate::ops::OpCount;
@@ -20,6 +19,7 @@ use crate::train::emulated::EmulatedTrainer;
 use crate::train::fault::FaultyTrainer;
 use crate::train::simulated::{SimDevice, SimulatedTrainer};
 use crate::train::{RealTrainer, Trainer};
+use crate::world::bootstrap::Placement;
 
 /// `--train-images` and `--val-images` as given.
 #[derive(Clone, Copy, Debug, Default)]

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use super::clock::Clock;
 use crate::arch::Graph;
 use crate::train::Trainer;
+use crate::world::clock::Clock;
 
 /// Settings and shared objects of a run, on every rank.
 pub struct RunContext {
@@ -49,7 +49,7 @@ pub struct RunContext {
     /// Go on with the records already in `results` (`--resume`).
     pub resume: bool,
     /// How long a leader waits for the primary's answer (--stall-timeout).
-    pub patience: super::transport::Patience,
+    pub patience: crate::world::transport::Patience,
 }
 
 impl RunContext {

@@ -12,8 +12,8 @@ use aiperf_records::Run;
 
 use super::Totals;
 use crate::arch::{Descriptor, Graph};
-use crate::cluster::protocol::HistoryEntry;
 use crate::search::Hparams;
+use crate::world::protocol::HistoryEntry;
 
 /// Why a stopped run's records cannot be taken over.
 #[derive(Debug, thiserror::Error)]

@@ -7,7 +7,7 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 
 use super::clock::{self, Clock};
-use super::layout::{layout, Layout};
+use super::ranks::{layout, Layout};
 use super::transport::all_gather_strings;
 use crate::config::TrainerKind;
 

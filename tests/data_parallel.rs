@@ -3,25 +3,18 @@
 //! statistics the multi-rank training follows the single-process one (same global batches)
 //! up to floating-point summation order (relative 1e-6; measured: about 5e-9).
 
-use std::path::Path;
 use std::process::Command;
 
-/// `mpi-launch/mpirun-local` running this build's `aiperf`, under a time limit: a job in
-/// which some rank waits forever fails instead of hanging the suite.
-fn launcher() -> Command {
-    let mut c = Command::new("timeout");
-    c.arg("600")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local"))
-        .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"));
-    c
+mod common;
+
+/// The job on `np` ranks under a time limit: a job in which some rank waits forever fails
+/// instead of hanging the suite.
+fn launcher(np: usize) -> Command {
+    common::bounded(600, &common::mpirun(np))
 }
 
 fn run(np: usize, extra: &[&str]) -> serde_json::Value {
-    let out = launcher()
-        .args([np.to_string().as_str(), "dp-check"])
-        .args(extra)
-        .output()
-        .unwrap();
+    let out = launcher(np).arg("dp-check").args(extra).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -218,13 +211,13 @@ fn auto_takes_the_flat_exchange_on_one_node_without_timing_it() {
 fn cuda_without_a_device_fails_on_every_rank_with_the_reason() {
     // The tests' build links the CPU libtorch: `--device cuda` must end the job with the
     // reason and a non-zero exit, not fall back to the CPU or leave a rank waiting.
-    let out = launcher()
-        .args(["2", "dp-check", "--device", "cuda"])
+    let out = launcher(2)
+        .args(["dp-check", "--device", "cuda"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
-    let host = aiperf::cluster::bootstrap::host_name();
+    let host = aiperf::world::bootstrap::host_name();
     // Said once, naming every rank that found it.
     let said = format!("ranks 0, 1 on {host}: --device cuda: libtorch sees no CUDA device");
     assert_eq!(err.matches(&said).count(), 1, "{err}");
@@ -260,9 +253,8 @@ fn coll_han_is_refused_before_an_in_place_reduction_can_crash() {
         ][..],
         &["dp-check", "--steps", "1"][..],
     ] {
-        let out = launcher()
+        let out = launcher(2)
             .env("OMPI_MCA_coll_han_priority", "100")
-            .arg("2")
             .args(args)
             .output()
             .unwrap();
@@ -276,9 +268,9 @@ fn coll_han_is_refused_before_an_in_place_reduction_can_crash() {
         assert!(err.contains("--mca coll_han_priority 0"), "{err}");
     }
     // The doctor reports it instead of refusing.
-    let out = launcher()
+    let out = launcher(2)
         .env("OMPI_MCA_coll_han_priority", "100")
-        .args(["2", "doctor"])
+        .arg("doctor")
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -293,9 +285,8 @@ fn coll_han_is_refused_before_an_in_place_reduction_can_crash() {
 /// waiting until the time limit) and reports the same bytes for every method.
 #[test]
 fn buckets_that_wait_at_a_barrier_complete_on_every_rank() {
-    let out = launcher()
+    let out = launcher(3)
         .args([
-            "3",
             "comm-bench",
             "--min-bytes",
             "4194304",

@@ -20,10 +20,10 @@ use aiperf_records::RecordError;
 pub use super::status::{Totals, Trials};
 pub use serve::{serve, ServeConfig, ServeError, ServeOutcome};
 
-use super::protocol::{HistoryEntry, ToGroup, ToPrimary};
 use crate::arch::{Descriptor, Graph};
 use crate::ops::OpCount;
 use crate::search::{Hparams, Space, Tpe, TpeConfig};
+use crate::world::protocol::{HistoryEntry, ToGroup, ToPrimary};
 use resume::Resumed;
 
 pub use crate::train::schedule::WARMUP_ROUNDS;

@@ -12,7 +12,7 @@ use aiperf_records::score;
 
 mod common;
 use common::{
-    output, rank_pids, read_run, read_with_architectures, spawn, wait_released, StderrLog,
+    mpirun, output, rank_pids, read_run, read_with_architectures, spawn, wait_released, StderrLog,
 };
 
 /// The 32-rank run takes the machine alone (its 31 generators share the two cores); the
@@ -25,17 +25,9 @@ fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
 
 fn run(np: usize, extra: &[&str], dir: &Path) -> String {
     let _turn = (np < 32).then(shared);
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let out = output(
-        Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-            .args([
-                np.to_string().as_str(),
-                "run",
-                "--trainer",
-                "simulated",
-                "--results",
-            ])
+        mpirun(np)
+            .args(["run", "--trainer", "simulated", "--results"])
             .arg(dir)
             .args(extra),
     );
@@ -174,12 +166,9 @@ fn thirty_two_ranks_simulated() {
 fn a_bad_layout_is_refused_by_name() {
     let _turn = shared();
     let tmp = tempfile::tempdir().unwrap();
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let out = output(
-        Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        mpirun(4)
             .args([
-                "4",
                 "run",
                 "--trainer",
                 "simulated",
@@ -198,12 +187,9 @@ fn sigterm_stops_the_run_cleanly_with_records_intact() {
     let _turn = shared();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let child = spawn(
-        Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        mpirun(3)
             .args([
-                "3",
                 "run",
                 "--trainer",
                 "simulated",
@@ -249,12 +235,10 @@ fn a_stalled_group_is_named_and_the_run_ends_with_what_was_recorded() {
     let _turn = shared();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let started = std::time::Instant::now();
     let out = output(
-        Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-            .args(["4", "run", "--trainer", "simulated", "--group-size", "1"])
+        mpirun(4)
+            .args(["run", "--trainer", "simulated", "--group-size", "1"])
             .args(["--fault", "hang:1"])
             .args(["--duration", "300", "--stall-timeout", "4", "--results"])
             .arg(&dir),
@@ -285,11 +269,9 @@ fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
     let _turn = shared();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let mut child = spawn(
-        Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-            .args(["3", "run", "--trainer", "simulated", "--group-size", "1"])
+        mpirun(3)
+            .args(["run", "--trainer", "simulated", "--group-size", "1"])
             .args(["--duration", "40", "--stall-timeout", "10", "--results"])
             .arg(&dir),
     );
@@ -309,12 +291,7 @@ fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
     let rows: usize = before.groups.iter().map(|g| g.epochs.len()).sum();
     assert!(rows > 0);
     // Resume with the same launcher: same layout, the rest from the records.
-    let out = output(
-        Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-            .args(["3", "run", "--resume"])
-            .arg(&dir),
-    );
+    let out = output(mpirun(3).args(["run", "--resume"]).arg(&dir));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}{stderr}");
@@ -365,12 +342,7 @@ fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
     );
     check_records(&dir, 1);
     // Regression: resuming a run that already ended at its deadline rewrote its score.
-    let again = output(
-        Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-            .args(["3", "run", "--resume"])
-            .arg(&dir),
-    );
+    let again = output(mpirun(3).args(["run", "--resume"]).arg(&dir));
     let err = String::from_utf8_lossy(&again.stderr);
     assert!(!again.status.success());
     assert!(
@@ -392,12 +364,10 @@ fn a_killed_run_resumes_from_its_records_and_counts_every_row() {
 fn regression_a_panic_on_one_rank_ends_the_job_within_seconds() {
     let _turn = shared();
     let tmp = tempfile::tempdir().unwrap();
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let started = std::time::Instant::now();
     let out = output(
-        Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-            .args(["3", "run", "--trainer", "simulated", "--group-size", "1"])
+        mpirun(3)
+            .args(["run", "--trainer", "simulated", "--group-size", "1"])
             .args(["--duration", "300", "--fault", "panic:2", "--results"])
             .arg(tmp.path().join("r")),
     );
@@ -456,15 +426,36 @@ fn a_trial_with_non_finite_loss_is_recorded_failed_and_its_group_goes_on() {
 }
 
 #[test]
+fn regression_a_run_whose_every_loss_is_non_finite_names_the_settings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("diverged");
+    let out = output(
+        mpirun(3)
+            .args(["run", "--trainer", "simulated", "--group-size", "1"])
+            .args(["--duration", "4", "--fault", "nan:all", "--results"])
+            .arg(&dir),
+    );
+    let t = common::text(&out);
+    assert!(!out.status.success(), "{t}");
+    assert!(t.contains("no completed epoch in any group"), "{t}");
+    assert!(t.contains("every trial's loss was non-finite"), "{t}");
+    for setting in [
+        "train.lr_per_256 ",
+        "train.weight_decay ",
+        "train.momentum ",
+        "precision ",
+    ] {
+        assert!(t.contains(setting), "{setting} not named: {t}");
+    }
+}
+
+#[test]
 fn regression_a_configuration_error_is_printed_once_not_per_rank() {
     let _turn = shared();
     let tmp = tempfile::tempdir().unwrap();
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let out = output(
-        Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        mpirun(3)
             .args([
-                "3",
                 "run",
                 "--trainer",
                 "simulated",
@@ -491,12 +482,9 @@ fn regression_results_holding_a_run_are_never_overwritten() {
     let before = b"the records of a finished run".to_vec();
     std::fs::write(dir.join("primary.h5"), &before).unwrap();
     std::fs::write(dir.join("group-0.h5"), &before).unwrap();
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let out = output(
-        Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
+        mpirun(3)
             .args([
-                "3",
                 "run",
                 "--trainer",
                 "simulated",
@@ -529,11 +517,9 @@ fn regression_members_of_a_simulated_group_stop_at_the_deadline() {
     let _turn = shared();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("r");
-    let launcher = Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local");
     let mut child = spawn(
-        Command::new(&launcher)
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-            .args(["3", "run", "--trainer", "simulated", "--group-size", "2"])
+        mpirun(3)
+            .args(["run", "--trainer", "simulated", "--group-size", "2"])
             .args([
                 "--duration",
                 "5",

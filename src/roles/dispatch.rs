@@ -7,15 +7,15 @@ use aiperf_records::writer::{PrimaryWriter, RunMeta};
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 
-use super::bootstrap::Placement;
 pub use super::context::RunContext;
 use super::group;
 use super::primary::resume;
 use super::primary::{self, Primary, PrimaryConfig};
-use super::transport::abort_job;
 use crate::config::RecordedConfig;
 use crate::search::Space;
 use crate::train::schedule::{epoch_budget, patience};
+use crate::world::bootstrap::Placement;
+use crate::world::transport::abort_job;
 
 /// What the primary records at the start of a fresh run besides the configuration.
 pub struct StartRecord {

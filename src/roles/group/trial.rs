@@ -12,13 +12,13 @@ use mpi::topology::SimpleCommunicator;
 use mpi::traits::Communicator;
 
 use super::GroupError;
-use crate::cluster::context::RunContext;
-use crate::cluster::protocol::{ToGroup, ToPrimary};
-use crate::cluster::transport::{all_gather_strings, ask, TransportError};
 use crate::monitor::Monitor;
 use crate::ops::OpCount;
+use crate::roles::context::RunContext;
 use crate::train::schedule::{patience, EarlyStopping};
 use crate::train::{EpochStats, TrialRun, TrialSpec};
+use crate::world::protocol::{ToGroup, ToPrimary};
+use crate::world::transport::{all_gather_strings, ask, TransportError};
 
 /// The leader's per-epoch verdict, broadcast to the group.
 const STOP_TRIAL: u8 = 0;

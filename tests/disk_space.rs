@@ -6,24 +6,15 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{output, spawn, wait_released, StderrLog};
-
-fn launcher() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("mpi-launch/mpirun-local")
-}
-
-fn text(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
-}
+use common::{mpirun, mpirun_bin, output, spawn, text, wait_released, StderrLog};
 
 /// `aiperf run --trainer simulated` on 3 ranks into `dir` through the binary `bin`.
 fn simulated(bin: &Path, dir: &Path, duration: &str) -> Command {
-    let mut c = Command::new(launcher());
-    c.env("AIPERF_BIN", bin)
-        .args(["3", "run", "--trainer", "simulated", "--group-size", "1"])
+    let mut c = mpirun_bin(bin, 3);
+    c.args(["run", "--trainer", "simulated", "--group-size", "1"])
         .args(["--duration", duration, "--results"])
         .arg(dir);
     c
@@ -33,12 +24,7 @@ fn simulated(bin: &Path, dir: &Path, duration: &str) -> Command {
 /// deadline, sealed, and that its records score intact (INVALID: a simulated run).
 fn resumed_scores_intact(dir: &Path) {
     wait_released(dir, Duration::from_secs(60));
-    let out = output(
-        Command::new(launcher())
-            .env("AIPERF_BIN", env!("CARGO_BIN_EXE_aiperf"))
-            .args(["3", "run", "--resume"])
-            .arg(dir),
-    );
+    let out = output(mpirun(3).args(["run", "--resume"]).arg(dir));
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("run digest"), "{}", text(&out));
     let score = output(

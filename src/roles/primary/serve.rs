@@ -10,12 +10,12 @@ use mpi::point_to_point::Destination;
 use mpi::traits::Communicator;
 
 use super::{Primary, PrimaryError, RecordSink};
-use crate::cluster::clock::Clock;
-use crate::cluster::protocol::{decode, encode, ToPrimary, DEFAULT_LIMIT_BYTES};
-use crate::cluster::status::{process_cpu_s, StatusLine};
-use crate::cluster::transport::{receive_any, TransportError};
-use crate::cluster::watchdog::Watchdog;
 use crate::config::Intervals;
+use crate::roles::status::{process_cpu_s, StatusLine};
+use crate::roles::watchdog::Watchdog;
+use crate::world::clock::Clock;
+use crate::world::protocol::{decode, encode, ToPrimary, DEFAULT_LIMIT_BYTES};
+use crate::world::transport::{receive_any, TransportError};
 
 /// What the loop needs besides the state.
 pub struct ServeConfig<'a> {

@@ -15,13 +15,13 @@ use serde::{Deserialize, Serialize};
 
 use super::context::RunContext;
 use super::generator::Generator;
-use super::protocol::{ToGroup, ToPrimary};
-use super::transport::{ask, broadcast_value, tell, TransportError};
 use crate::monitor::Monitor;
 use crate::search::{BayesConfig, Observed};
 use crate::seeds::mix;
 use crate::train::schedule::{epoch_budget, predict_final_accuracy};
 use crate::train::{TrainError, TrialSpec};
+use crate::world::protocol::{ToGroup, ToPrimary};
+use crate::world::transport::{ask, broadcast_value, tell, TransportError};
 use trial::{run_trial, LeaderSide, TrialId, TrialOutcome};
 
 /// What a group's other ranks say when their leader tells them the primary stopped

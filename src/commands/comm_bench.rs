@@ -16,9 +16,13 @@
 
 use std::time::Instant;
 
+use anyhow::{bail, Context};
 use mpi::collective::{CommunicatorCollectives, SystemOperation};
+use mpi::traits::Communicator;
 use serde::Serialize;
 
+use super::{init_mpi, once};
+use crate::cli::CommBenchArgs;
 use crate::exchange::{Exchange, ExchangeConfig, ExchangeMethod, Progress, RawComm};
 
 /// One size of the sweep for one method, the same on every rank.
@@ -254,17 +258,6 @@ fn median_and_mean(times: &[f64]) -> (f64, f64) {
     (crate::stats::median(times.to_vec()), mean)
 }
 
-/// The sweep's sizes: powers of two from `min` to `max` bytes.
-pub fn sizes(min: u64, max: u64) -> Vec<u64> {
-    let mut out = Vec::new();
-    let mut s = min.max(4).next_power_of_two();
-    while s <= max {
-        out.push(s);
-        s *= 2;
-    }
-    out
-}
-
 /// The rows as a table in the manner of nccl-tests.
 pub fn table(scope: &str, rows: &[CommRow]) -> String {
     let mut out = format!(
@@ -289,6 +282,82 @@ pub fn table(scope: &str, rows: &[CommRow]) -> String {
         ));
     }
     out
+}
+
+/// `aiperf comm-bench`: all-reduce and exchange bandwidth over a sweep of sizes.
+pub fn comm_bench(a: CommBenchArgs) -> anyhow::Result<()> {
+    use mpi::topology::Color;
+    if a.min_bytes == 0 || a.min_bytes > a.max_bytes || a.iters == 0 {
+        bail!("--min-bytes must be in 1..=--max-bytes and --iters at least 1");
+    }
+    let (universe, _) = init_mpi()?;
+    let world = universe.world();
+    let sizes = a.sizes();
+    let mut scopes = vec![(
+        "world".to_string(),
+        sweep(&world, &sizes, a.iters, a.warmup, &a.exchange_config()),
+    )];
+    if let Some(g) = a.group_size {
+        if g == 0 || !(world.size() as usize).is_multiple_of(g) {
+            // Every rank finds it alike: said once, by rank 0.
+            let bad = anyhow::anyhow!("--group-size {g} must divide the {} ranks", world.size());
+            return once(&world, Err(bad));
+        }
+        let color = Color::with_value(world.rank() / g as i32);
+        let group = world
+            .split_by_color(color)
+            .context("splitting the world into groups")?;
+        let rows = sweep(&group, &sizes, a.iters, a.warmup, &a.exchange_config());
+        scopes.push((format!("groups of {g} ranks (group 0 shown)"), rows));
+    }
+    scopes.extend(node_scopes(&world, &sizes, &a)?);
+    if world.rank() == 0 {
+        for (scope, rows) in &scopes {
+            if a.json {
+                for r in rows {
+                    let mut v = serde_json::to_value(r)?;
+                    v["scope"] = serde_json::json!(scope);
+                    println!("{v}");
+                }
+            } else {
+                print!("{}", table(scope, rows));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// When the world spans several nodes: the sweep within each node (shared memory; node 0
+/// shown) and across nodes with one rank per node (the interconnect alone; the ranks of
+/// local index 0 shown), so inter-node figures stand apart from intra-node ones.
+fn node_scopes(
+    world: &mpi::topology::SimpleCommunicator,
+    sizes: &[u64],
+    a: &CommBenchArgs,
+) -> anyhow::Result<Vec<(String, Vec<CommRow>)>> {
+    use mpi::topology::Color;
+    let node = world.split_shared(world.rank());
+    let mut nodes = 0i32;
+    world.all_reduce_into(
+        &i32::from(node.rank() == 0),
+        &mut nodes,
+        mpi::collective::SystemOperation::sum(),
+    );
+    if nodes < 2 {
+        return Ok(Vec::new());
+    }
+    let within = sweep(&node, sizes, a.iters, a.warmup, &a.exchange_config());
+    let across = world
+        .split_by_color(Color::with_value(node.rank()))
+        .context("splitting the world into one rank per node")?;
+    let over = sweep(&across, sizes, a.iters, a.warmup, &a.exchange_config());
+    Ok(vec![
+        (
+            format!("within a node ({} ranks, node 0 shown)", node.size()),
+            within,
+        ),
+        (format!("across {nodes} nodes (one rank per node)"), over),
+    ])
 }
 
 #[cfg(test)]
@@ -391,12 +460,5 @@ mod tests {
         }
         assert_eq!(follows.len(), n * (n - 1));
         assert_eq!(orders[n], orders[0], "the square repeats");
-    }
-
-    #[test]
-    fn sizes_are_powers_of_two_within_the_range() {
-        assert_eq!(sizes(1000, 9000), vec![1024, 2048, 4096, 8192]);
-        assert_eq!(sizes(1, 4), vec![4]);
-        assert!(sizes(9000, 1000).is_empty());
     }
 }
