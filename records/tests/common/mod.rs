@@ -334,3 +334,23 @@ pub fn small_run(dir: &Path, epochs: u32) -> aiperf_records::digest::Digest {
     };
     consistent_run(dir, &setting, epochs)
 }
+
+/// Rewrites the epochs of `group-0.h5` through HDF5, as an editor would.
+pub fn edit_epochs(dir: &Path, edit: impl FnOnce(&mut Vec<EpochRow>)) {
+    let f = hdf5::File::open_rw(dir.join("group-0.h5")).unwrap();
+    let ds = f.dataset("epochs").unwrap();
+    let mut rows: Vec<EpochRow> = ds.read_raw().unwrap();
+    edit(&mut rows);
+    ds.resize(rows.len()).unwrap();
+    ds.write_raw(&rows).unwrap();
+}
+
+/// `aiperf-score ARGS`: (exit status, stdout + stderr).
+pub fn aiperf_score(args: &[&std::ffi::OsStr]) -> (Option<i32>, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_aiperf-score"))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    (out.status.code(), text.into_owned())
+}
