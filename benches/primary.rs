@@ -1,13 +1,15 @@
-//! The primary at paper scale (run by `scripts/bench/bench-primary`, not a test): rank 0's state
-//! machine, writing a real `primary.h5`, serving PAPER_GROUPS replica groups (the paper's 512) in
-//! turn until the history holds HISTORY trained models (thousands), on ResNet-50-sized
-//! architectures. Each group's trial is the requests a leader sends — Register, Suggest,
-//! EPOCHS × Progress, Result — and each reply is encoded as the serve loop sends it. Prints
-//! one JSON object per band of history size: wall microseconds per request of each kind
-//! (handling, the HDF5 rows it appends and flushes, encoding the reply: the serve loop is
-//! one thread, so its wall time is what bounds the request rate), the bytes of the Result
-//! replies, which carry the history delta (every model the group has not seen yet), and the
-//! process's CPU seconds over the band (which include generating the architectures).
+//! The primary at the largest machines' scale (run by `scripts/bench/bench-primary`, not a
+//! test): rank 0's state machine, writing a real `primary.h5`, serving PAPER_GROUPS replica
+//! groups (the paper's 512; 16,384 for a machine of 10,000 nodes and more) in turn until the
+//! history holds HISTORY trained models (up to 50,000), on ResNet-50-sized architectures.
+//! Each group's trial is the requests a leader sends — Register, Suggest, EPOCHS × Progress,
+//! Result — and each reply is encoded as the serve loop sends it. In turn is the worst case
+//! for the replies: every other group's model ends between two of a group's. Prints one JSON
+//! object per band of history size: wall microseconds per request of each kind (handling,
+//! the HDF5 rows it appends and flushes, encoding the reply: the serve loop is one thread, so
+//! its wall time is what bounds the request rate), the mean and largest bytes of the Result
+//! replies, which carry what changed in the view since the group's last, and the process's
+//! CPU seconds over the band (which include generating the architectures).
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -34,6 +36,7 @@ struct Band {
     seconds: [f64; 4],
     count: [u64; 4],
     reply_bytes: u64,
+    largest_reply: u64,
 }
 
 const KINDS: [&str; 4] = ["register", "suggest", "progress", "result"];
@@ -102,6 +105,7 @@ fn timed(
     band.count[kind] += 1;
     if kind == 3 {
         band.reply_bytes += bytes as u64;
+        band.largest_reply = band.largest_reply.max(bytes as u64);
     }
     reply
 }
@@ -161,7 +165,7 @@ fn main() {
     let groups: usize = env_or("PAPER_GROUPS", 512);
     let history: usize = env_or("HISTORY", 5000);
     let epochs: u32 = env_or("EPOCHS", 1);
-    let mut bands: Vec<usize> = [100, 500, 1000, 2000, 5000, 10_000]
+    let mut bands: Vec<usize> = [100, 500, 1000, 2000, 5000, 10_000, 20_000]
         .into_iter()
         .filter(|&b| b < history)
         .collect();
@@ -186,6 +190,7 @@ fn main() {
             deadline_s: f64::INFINITY,
             stop_after_epochs: None,
             stop_after_trials: None,
+            view_bound: aiperf::search::bayes::MAX_FIT,
         },
     )
     .expect("a primary");
@@ -234,9 +239,10 @@ fn report(groups: usize, from: usize, to: usize, b: &Band, cpu: f64) {
         .map(|k| format!("\"{}_us\":{:.1}", KINDS[k], us(k)))
         .collect();
     println!(
-        "{{\"what\":\"primary\",\"groups\":{groups},\"history_from\":{from},\"history_to\":{to},\"trials\":{},{},\"trial_cpu_s\":{per_trial:.6},\"result_reply_bytes\":{},\"band_cpu_s\":{cpu:.3}}}",
+        "{{\"what\":\"primary\",\"groups\":{groups},\"history_from\":{from},\"history_to\":{to},\"trials\":{},{},\"trial_cpu_s\":{per_trial:.6},\"result_reply_bytes\":{},\"largest_reply_bytes\":{},\"band_cpu_s\":{cpu:.3}}}",
         b.count[3],
         fields.join(","),
         b.reply_bytes / b.count[3].max(1),
+        b.largest_reply,
     );
 }

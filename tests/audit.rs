@@ -352,7 +352,7 @@ fn a_record_set_forged_from_the_documentation_scores_valid_and_cannot_pass_its_a
     let text = String::from_utf8_lossy(&scored.stdout);
     assert_eq!(scored.status.code(), Some(0), "{text}");
     assert!(
-        text.contains("verdict (aiperf-rules-5)   VALID")
+        text.contains("verdict (aiperf-rules-6)   VALID")
             && text.contains("records                  intact"),
         "{text}"
     );

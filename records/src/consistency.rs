@@ -1,4 +1,4 @@
-//! Physical consistency (rules `aiperf-rules-5`, docs/design.md §5): the records checked against
+//! Physical consistency (rules `aiperf-rules-6`, docs/design.md §5): the records checked against
 //! themselves, without any digest, so that a record set written from the documentation
 //! alone is refused unless it describes work that fits together — architectures that take
 //! the dataset's input and classes and grow from the configured start architecture (which

@@ -1,4 +1,4 @@
-//! The validity rules `aiperf-rules-5` (docs/design.md §5) as data: a table of keys of the run's
+//! The validity rules `aiperf-rules-6` (docs/design.md §5) as data: a table of keys of the run's
 //! evidence — the recorded configuration, the dataset identity read from the pack headers,
 //! the search and HPO algorithms the run used, and the measured duration and error — each
 //! with its required value or range and the status a deviation gives. The verdict walks
@@ -48,7 +48,7 @@ pub struct Rule {
 use Requirement::{AtLeast, AtMost, Equals, OneOf};
 use Severity::{Invalid, Unofficial};
 
-/// The rules of `aiperf-rules-5` read from the configuration and measured figures, in the
+/// The rules of `aiperf-rules-6` read from the configuration and measured figures, in the
 /// order the verdict reports deviations (the checks of the records against themselves are
 /// [`crate::consistency`]).
 #[rustfmt::skip]
@@ -71,8 +71,8 @@ pub const RULES: &[Rule] = &[
     Rule { key: "/search/patience", required: Equals("[8,10,12,14,16,18,20,20]"), severity: Unofficial, what: "patience of rounds 1–8, min(6 + 2·round, 20) (preset patience_scale)" },
     Rule { key: "/config/preset/kernel_sizes", required: Equals("[3,5,7]"), severity: Unofficial, what: "kernel sizes searched (preset kernel_sizes)" },
     Rule { key: "/search/tpe_from_round", required: Equals("4"), severity: Unofficial, what: "first round TPE suggests" },
-    Rule { key: "/search/architecture_search", required: Equals(r#"{"name":"network-morphism-bo","version":2}"#), severity: Unofficial, what: "architecture search algorithm" },
-    Rule { key: "/search/hpo", required: Equals(r#"{"name":"tpe","version":1}"#), severity: Unofficial, what: "hyperparameter search algorithm" },
+    Rule { key: "/search/architecture_search", required: Equals(r#"{"name":"network-morphism-bo","version":3}"#), severity: Unofficial, what: "architecture search algorithm" },
+    Rule { key: "/search/hpo", required: Equals(r#"{"name":"tpe","version":2}"#), severity: Unofficial, what: "hyperparameter search algorithm" },
 ];
 
 /// The dataset a run trained on, from its packs' headers (`aiperf-data-prep` writes them).

@@ -9,7 +9,7 @@ use hdf5::H5Type;
 /// Version of this schema; readers refuse others.
 pub const SCHEMA_VERSION: u32 = 7;
 /// Version of the scoring and validity rules (docs/design.md §5).
-pub const RULES_VERSION: &str = "aiperf-rules-5";
+pub const RULES_VERSION: &str = "aiperf-rules-6";
 /// File name of the primary's records.
 pub const PRIMARY_FILE: &str = "primary.h5";
 /// File name of a reviewer's audit of the run, in the run's folder.

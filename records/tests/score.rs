@@ -503,7 +503,7 @@ const SNAPSHOT: &str = "aiperf score: RUN
   accelerator use          not monitored (no NVML sample among 1)
   host                     CPU 90.0% (mean of 1 samples), memory peak 1.000 GB
   records                  intact (run digest DIGEST)
-  verdict (aiperf-rules-5)   INVALID
+  verdict (aiperf-rules-6)   INVALID
     - run length in seconds, at least 1 h (--duration): 1000.0, at least 3600 [/measured/duration_s]
     - model 0: recorded architecture: the graph must start with one Input node (found no nodes): the operations of its 6 epoch row(s) cannot be recomputed
     - no recorded architecture is the configured start architecture resnet8 (rebuilt for the dataset): the search did not start from it

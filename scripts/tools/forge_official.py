@@ -429,7 +429,7 @@ def main(argv):
         for name, value, dtype in [
                 ("schema_version", SCHEMA, "<u4"),
                 ("program_version", "0.1.0 (commit b1f00cee6009)", "text"),
-                ("rules_version", "aiperf-rules-5", "text"), ("config", compact(cfg), "text"),
+                ("rules_version", "aiperf-rules-6", "text"), ("config", compact(cfg), "text"),
                 ("start_time_s", T0, "<f8"), ("end_time_s", T0 + DURATION, "<f8"),
                 ("world_size", world, "<u4"), ("groups", GROUPS, "<u4"),
                 ("accelerators", world - 1, "<u4"), ("hosts", compact(hosts), "text"),

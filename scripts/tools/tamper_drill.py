@@ -4,7 +4,7 @@ alone. Copies the run in SRC to DST, relabels it as an official run — the offi
 configuration keys, ImageNet's dataset identity, the official search record, the start
 moved back by --shift seconds (default 3600) — and reseals every chain and the run digest
 exactly as the README documents, so that the records verify as intact. Prints the new run
-digest. `aiperf score DST` must then refuse it by the consistency rules of aiperf-rules-5.
+digest. `aiperf score DST` must then refuse it by the consistency rules of aiperf-rules-6.
 
     python3 scripts/tools/tamper_drill.py SRC DST [--shift SECONDS]
 """
@@ -22,8 +22,8 @@ from verify_seal import architectures, chain, group_datasets, run_digest  # noqa
 
 IMAGENET = {"name": "imagenet", "train_images": 1281167, "val_images": 50000, "classes": 1000,
             "stored": [3, 256, 256], "input": [224, 224, 3], "subset": False, "crc32": [1, 2]}
-SEARCH = {"architecture_search": {"name": "network-morphism-bo", "version": 2},
-          "hpo": {"name": "tpe", "version": 1}, "warmup_epochs": [15, 30, 45],
+SEARCH = {"architecture_search": {"name": "network-morphism-bo", "version": 3},
+          "hpo": {"name": "tpe", "version": 2}, "warmup_epochs": [15, 30, 45],
           "patience": [8, 10, 12, 14, 16, 18, 20, 20], "tpe_from_round": 4}
 TEXT = h5py.string_dtype("utf-8")
 

@@ -1,4 +1,4 @@
-//! `--config imagenet` against the rules `aiperf-rules-5`: as configured it breaks none of
+//! `--config imagenet` against the rules `aiperf-rules-6`: as configured it breaks none of
 //! the configuration rules; each override of an official key makes the result UNOFFICIAL
 //! (or INVALID) naming that key and its flag; operational overrides keep it official.
 

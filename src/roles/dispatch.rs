@@ -53,6 +53,7 @@ pub fn run_primary(
         deadline_s: ctx.deadline_s,
         stop_after_epochs: config.stop_after_epochs,
         stop_after_trials: config.stop_after_trials,
+        view_bound: crate::search::bayes::MAX_FIT,
     };
     let folder = aiperf_records::folder::confirm(&ctx.results, &ctx.claim)?;
     let (writer, resumed) = if ctx.resume {

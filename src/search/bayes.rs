@@ -357,6 +357,6 @@ impl BayesOptimizer {
     }
 }
 
-mod fitset;
+pub mod fitset;
 #[cfg(test)]
 mod tests;

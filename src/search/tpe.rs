@@ -4,7 +4,10 @@
 //! from the good model, the one maximising log l(x) − log g(x) chosen, per hyperparameter.
 //! The space: `batch_size` as `hp.uniformint(lo, hi)` (a quantised uniform, q = 1) and
 //! `kernel_size` as `hp.choice([3, 5, 7])`. One instance keeps learning across every
-//! group's results (the reference implementation rebuilt it per trial: random search).
+//! group's results (the reference implementation rebuilt it per trial: random search). It
+//! models the most recent [`TPE_WINDOW`] observations, where hyperopt models all: a
+//! suggestion's cost is then bounded however long the run (the oldest observations of a
+//! full window already weigh 1/window under linear forgetting).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -28,6 +31,8 @@ pub struct TpeConfig {
     pub prior_weight: f64,
     /// Observations beyond this many are down-weighted, oldest most (and the good set's cap).
     pub linear_forgetting: usize,
+    /// The most recent observations modelled ([`TPE_WINDOW`]).
+    pub window: usize,
     /// Seed.
     pub seed: u64,
 }
@@ -40,10 +45,15 @@ impl Default for TpeConfig {
             ei_candidates: 24,
             prior_weight: 1.0,
             linear_forgetting: 25,
+            window: TPE_WINDOW,
             seed: 0,
         }
     }
 }
+
+/// Observations a suggestion models, the most recent: bounds its work (sorting, and 24
+/// candidates against a mixture of one component per observation) at any history.
+pub const TPE_WINDOW: usize = 1000;
 
 /// The searched hyperparameters' ranges.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -284,18 +294,20 @@ impl Tpe {
                 kernel_size: self.space.kernel_sizes[k],
             };
         }
-        let n = self.observations.len();
+        let all = &self.observations;
+        let obs = &all[all.len() - all.len().min(self.cfg.window.max(1))..];
+        let n = obs.len();
         let n_below =
             ((self.cfg.gamma * (n as f64).sqrt()).ceil() as usize).min(self.cfg.linear_forgetting);
         let mut order: Vec<usize> = (0..n).collect();
-        order.sort_by(|&a, &b| self.observations[a].1.total_cmp(&self.observations[b].1));
+        order.sort_by(|&a, &b| obs[a].1.total_cmp(&obs[b].1));
         let mut is_below = vec![false; n];
         for &i in &order[..n_below] {
             is_below[i] = true;
         }
         let split = |f: &dyn Fn(&Hparams) -> f64| -> (Vec<f64>, Vec<f64>) {
             let (mut b, mut a) = (Vec::new(), Vec::new());
-            for (i, (h, _)) in self.observations.iter().enumerate() {
+            for (i, (h, _)) in obs.iter().enumerate() {
                 if is_below[i] {
                     b.push(f(h))
                 } else {

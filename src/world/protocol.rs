@@ -9,8 +9,9 @@ use crate::arch::Graph;
 use crate::search::Hparams;
 
 /// Version of these messages; both ends must agree.
-pub const PROTOCOL_VERSION: u16 = 4;
-/// Default largest message accepted (a history delta of many ResNet-50-sized graphs fits).
+pub const PROTOCOL_VERSION: u16 = 5;
+/// Default largest message accepted (a view of the search's bound of ResNet-50-sized graphs
+/// fits many times over).
 pub const DEFAULT_LIMIT_BYTES: usize = 64 << 20;
 
 /// A leader's request or report to the primary.
@@ -56,7 +57,7 @@ pub enum ToPrimary {
         /// Its operations (training + validation, docs/design.md §4), for the status line.
         ops: u64,
     },
-    /// A finished trial; the primary answers with the history delta.
+    /// A finished trial; the primary answers with what changed in the view.
     Result {
         /// Group.
         group: u32,
@@ -108,6 +109,20 @@ pub struct HistoryEntry {
     pub graph: Graph,
     /// The value the search maximises.
     pub accuracy: f64,
+    /// Its place in the run's history (the order the generators fit in).
+    pub position: u64,
+}
+
+/// What changed in the view of the history the groups' generators use (the search's
+/// fitting set, docs/design.md §2) since the group's last reply: the models that entered it,
+/// in history order, and the ids that left it. Bounded by the view, whatever the number of
+/// groups or trained models.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ViewDelta {
+    /// Models that entered the view, in history order.
+    pub added: Vec<HistoryEntry>,
+    /// Ids of models that left it.
+    pub removed: Vec<u64>,
 }
 
 /// The primary's answer or instruction to a leader.
@@ -120,18 +135,18 @@ pub enum ToGroup {
     },
     /// The candidate duplicates a seen architecture; generate another.
     Duplicate {
-        /// Models the group has not seen yet (so its generator proposes from them next).
-        history: Vec<HistoryEntry>,
+        /// What changed in the view (so its generator proposes from it next).
+        history: ViewDelta,
     },
     /// Hyperparameters for the next trial.
     Hparams(Hparams),
-    /// Models trained since this group's last sync.
-    History(Vec<HistoryEntry>),
-    /// The answer to Hello: the whole history, and the group's round (its finished trials;
-    /// non-zero when the run was resumed).
+    /// What changed in the view since this group's last reply.
+    History(ViewDelta),
+    /// The answer to Hello: the view, and the group's round (its finished trials; non-zero
+    /// when the run was resumed).
     Welcome {
-        /// Every trained model so far.
-        history: Vec<HistoryEntry>,
+        /// The view of the history so far.
+        history: ViewDelta,
         /// Trials this group has finished.
         round: u32,
     },
@@ -296,19 +311,25 @@ mod tests {
         let g = resnet50(Shape::new(3, 64, 64), 10);
         let answers = vec![
             ToGroup::Registered { model_id: 9 },
-            ToGroup::Duplicate { history: vec![] },
+            ToGroup::Duplicate {
+                history: ViewDelta::default(),
+            },
             ToGroup::Hparams(Hparams {
                 batch_size: 32,
                 kernel_size: 3,
             }),
-            ToGroup::History(vec![HistoryEntry {
-                model_id: 1,
-                father: None,
-                graph: g,
-                accuracy: 0.5,
-            }]),
+            ToGroup::History(ViewDelta {
+                added: vec![HistoryEntry {
+                    model_id: 1,
+                    father: None,
+                    graph: g,
+                    accuracy: 0.5,
+                    position: 4,
+                }],
+                removed: vec![3, 0],
+            }),
             ToGroup::Welcome {
-                history: vec![],
+                history: ViewDelta::default(),
                 round: 7,
             },
             ToGroup::Continue,

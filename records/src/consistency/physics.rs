@@ -1,4 +1,4 @@
-//! What the machine could have done (rules `aiperf-rules-5`, docs/design.md §5): the recorded
+//! What the machine could have done (rules `aiperf-rules-6`, docs/design.md §5): the recorded
 //! ceilings against the recorded platform and precision, each host one processor, and the
 //! score no faster than the ceilings. A run that claims more than its own measured machine
 //! could compute, or ceilings from another machine than the one it names, is not a result.

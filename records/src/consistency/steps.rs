@@ -1,4 +1,4 @@
-//! The early steps against the epochs (rules `aiperf-rules-5`, docs/design.md §5): every trial
+//! The early steps against the epochs (rules `aiperf-rules-6`, docs/design.md §5): every trial
 //! of a real run whose first epoch is recorded holds its first steps' global training losses
 //! (`steps`, schema 7), numbered from 0 without a gap, finite, as many as the audit
 //! compares — so that records without them cannot dodge the audit's early-step check.

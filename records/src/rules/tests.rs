@@ -22,8 +22,8 @@ fn official() -> Value {
             "crc32": [1, 2]
         },
         "search": {
-            "architecture_search": { "name": "network-morphism-bo", "version": 2 },
-            "hpo": { "name": "tpe", "version": 1 },
+            "architecture_search": { "name": "network-morphism-bo", "version": 3 },
+            "hpo": { "name": "tpe", "version": 2 },
             "warmup_epochs": [15, 30, 45],
             "patience": [8, 10, 12, 14, 16, 18, 20, 20],
             "tpe_from_round": 4
@@ -69,7 +69,7 @@ fn cases() -> Vec<(&'static str, Value, Severity)> {
         ),
         (
             "/search/hpo",
-            json!({"name": "tpe", "version": 2}),
+            json!({"name": "tpe", "version": 1}),
             Unofficial,
         ),
     ]

@@ -88,7 +88,7 @@ pub const FASHION_MNIST: &str = r#"{"name":"fashion-mnist","train_images":60000,
 /// ImageNet's identity, whole.
 pub const IMAGENET: &str = r#"{"name":"imagenet","train_images":1281167,"val_images":50000,"classes":1000,"stored":[3,256,256],"input":[224,224,3],"subset":false,"crc32":[3,4]}"#;
 /// The search record of this build with the official 60-epoch budget.
-pub const OFFICIAL_SEARCH: &str = r#"{"architecture_search":{"name":"network-morphism-bo","version":2},"hpo":{"name":"tpe","version":1},"warmup_epochs":[15,30,45],"patience":[8,10,12,14,16,18,20,20],"tpe_from_round":4}"#;
+pub const OFFICIAL_SEARCH: &str = r#"{"architecture_search":{"name":"network-morphism-bo","version":3},"hpo":{"name":"tpe","version":2},"warmup_epochs":[15,30,45],"patience":[8,10,12,14,16,18,20,20],"tpe_from_round":4}"#;
 /// The recorded configuration keys the rules read, official (`aiperf run --config imagenet`).
 pub const OFFICIAL_CONFIG: &str = r#"{"trainer":"real","preset":{"name":"imagenet","start":"resnet50","duration_s":3700.0,"epochs":60,"kernel_sizes":[3,5,7],"score_interval_s":360.0,"train":{"precision":"bf16","train_images":null,"val_images":null}}}"#;
 

@@ -3,8 +3,11 @@
 //! results) and the members (train what the leader broadcasts), both over one
 //! [`crate::train::Trainer`].
 
+#[cfg(test)]
+mod tests;
 mod trial;
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,7 +23,7 @@ use crate::search::{BayesConfig, Observed};
 use crate::seeds::mix;
 use crate::train::schedule::{epoch_budget, predict_final_accuracy};
 use crate::train::{TrainError, TrialSpec};
-use crate::world::protocol::{ToGroup, ToPrimary};
+use crate::world::protocol::{ToGroup, ToPrimary, ViewDelta};
 use crate::world::transport::{ask, broadcast_value, tell, TransportError};
 use trial::{run_trial, LeaderSide, TrialId, TrialOutcome};
 
@@ -107,17 +110,46 @@ enum GroupOrder {
     Abandon,
 }
 
-/// Adds a history delta from the primary to the leader's view; false when the reply was
-/// not a history (the run is over).
-fn absorb(reply: ToGroup, history: &mut Vec<Observed>) -> bool {
-    match reply {
-        ToGroup::History(delta) | ToGroup::Welcome { history: delta, .. } => {
-            history.extend(delta.into_iter().map(|e| Observed {
+/// The leader's copy of the primary's view of the history (the search's fitting set), by
+/// place in the history: what its generator proposes from.
+#[derive(Default)]
+struct Known {
+    by_position: BTreeMap<u64, Observed>,
+    position_of: HashMap<u64, u64>,
+}
+
+impl Known {
+    /// Applies what changed in the view.
+    fn apply(&mut self, delta: ViewDelta) {
+        for id in delta.removed {
+            if let Some(p) = self.position_of.remove(&id) {
+                self.by_position.remove(&p);
+            }
+        }
+        for e in delta.added {
+            self.position_of.insert(e.model_id, e.position);
+            let o = Observed {
                 id: e.model_id,
                 descriptor: e.graph.descriptor(),
                 graph: Arc::new(e.graph),
                 accuracy: e.accuracy,
-            }));
+            };
+            self.by_position.insert(e.position, o);
+        }
+    }
+
+    /// The models in history order.
+    fn models(&self) -> Vec<Observed> {
+        self.by_position.values().cloned().collect()
+    }
+}
+
+/// Applies a view delta from the primary to the leader's copy; false when the reply held
+/// none (the run is over).
+fn absorb(reply: ToGroup, known: &mut Known) -> bool {
+    match reply {
+        ToGroup::History(delta) | ToGroup::Welcome { history: delta, .. } => {
+            known.apply(delta);
             true
         }
         _ => false,
@@ -176,7 +208,7 @@ fn lead<C: Communicator>(
 ) -> Result<(), GroupError> {
     let first_kernel = ctx.kernel_sizes.first().copied().unwrap_or(3);
     let mut generator = start_generator(ctx, group, first_kernel)?;
-    let mut history: Vec<Observed> = Vec::new();
+    let mut history = Known::default();
     let host = ctx
         .hosts
         .get(world.rank() as usize)
@@ -203,7 +235,7 @@ fn lead<C: Communicator>(
     } else {
         GroupWriter::create(&folder, group, ranks)
     }?;
-    generator.update(history.clone(), first_kernel);
+    generator.update(history.models(), first_kernel);
     let clock = ctx.clock;
     let monitor = Monitor::start(Duration::from_secs_f64(ctx.monitor_interval_s), move || {
         clock.now()
@@ -282,7 +314,7 @@ fn lead_trial<C: Communicator>(
     group_comm: &SimpleCommunicator,
     ctx: &RunContext,
     generator: &mut Generator,
-    history: &mut Vec<Observed>,
+    history: &mut Known,
     round: u32,
 ) -> Result<Option<TrialOutcome>, GroupError> {
     let (world, group) = (side.world, side.group);
@@ -297,9 +329,9 @@ fn lead_trial<C: Communicator>(
             ToGroup::Registered { model_id } => break (model_id, c),
             ToGroup::Duplicate { history: delta } => {
                 // Another group registered it first: propose from what they trained.
-                if !delta.is_empty() {
+                if delta != ViewDelta::default() {
                     absorb(ToGroup::History(delta), history);
-                    generator.update(history.clone(), c.kernel);
+                    generator.update(history.models(), c.kernel);
                 }
             }
             _ => return Ok(None),
@@ -313,7 +345,7 @@ fn lead_trial<C: Communicator>(
     let ToGroup::Hparams(mut h) = ask(world, &suggest, &ctx.patience)? else {
         return Ok(None);
     };
-    generator.update(history.clone(), h.kernel_size);
+    generator.update(history.models(), h.kernel_size);
     // The kernel size that really shaped the candidate is the one recorded.
     h.kernel_size = candidate.kernel;
     let spec = TrialSpec {
@@ -346,7 +378,7 @@ fn lead_trial<C: Communicator>(
     };
     let reply = ask(world, &result, &ctx.patience)?;
     out.stop_run |= !absorb(reply, history);
-    generator.update(history.clone(), h.kernel_size);
+    generator.update(history.models(), h.kernel_size);
     Ok(Some(out))
 }
 

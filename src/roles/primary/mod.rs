@@ -9,6 +9,7 @@ pub mod resume;
 mod serve;
 #[cfg(test)]
 mod tests;
+pub mod view;
 
 use std::collections::{HashMap, HashSet};
 
@@ -23,8 +24,9 @@ pub use serve::{serve, ServeConfig, ServeError, ServeOutcome};
 use crate::arch::{Descriptor, Graph};
 use crate::ops::OpCount;
 use crate::search::{Hparams, Space, Tpe, TpeConfig};
-use crate::world::protocol::{HistoryEntry, ToGroup, ToPrimary};
+use crate::world::protocol::{HistoryEntry, ToGroup, ToPrimary, ViewDelta};
 use resume::Resumed;
+use view::View;
 
 pub use crate::train::schedule::WARMUP_ROUNDS;
 
@@ -138,11 +140,13 @@ pub struct PrimaryConfig {
     /// The run ends once this many trials ended (trained, failed or stopped) over all
     /// groups, if it comes before the deadline (`--stop-after-trials`).
     pub stop_after_trials: Option<u64>,
+    /// Most models of the history the groups' generators are sent: the search's fitting
+    /// set ([`crate::search::bayes::MAX_FIT`] in a run).
+    pub view_bound: usize,
 }
 
 #[derive(Clone, Debug, Default)]
 struct GroupState {
-    synced: usize,
     round: u32,
     bye: bool,
     chain: Option<GroupChain>,
@@ -163,7 +167,7 @@ pub struct Primary<S: RecordSink> {
     cfg: PrimaryConfig,
     group_of_rank: HashMap<i32, u32>,
     groups: Vec<GroupState>,
-    history: Vec<HistoryEntry>,
+    view: View,
     seen: HashSet<Descriptor>,
     registered: HashMap<u64, Registered>,
     done: HashMap<u64, Hparams>,
@@ -190,9 +194,9 @@ impl<S: RecordSink> Primary<S> {
             sink,
             tpe,
             groups: vec![GroupState::default(); cfg.leaders.len()],
+            view: View::new(cfg.view_bound, cfg.leaders.len()),
             cfg,
             group_of_rank,
-            history: Vec::new(),
             seen: HashSet::new(),
             registered: HashMap::new(),
             done: HashMap::new(),
@@ -204,7 +208,7 @@ impl<S: RecordSink> Primary<S> {
 
     /// Takes over a stopped run's state (`--resume`).
     pub fn restore(&mut self, r: Resumed) {
-        self.history = r.history;
+        self.view = View::restored(r.history, self.cfg.view_bound, self.groups.len());
         self.seen = r.seen;
         self.next_id = r.next_id;
         for (g, round) in self.groups.iter_mut().zip(r.rounds) {
@@ -236,7 +240,7 @@ impl<S: RecordSink> Primary<S> {
     /// not finished).
     pub fn trial_counts(&self) -> Trials {
         Trials {
-            finished: self.history.len(),
+            finished: self.view.len(),
             running: self.registered.len(),
         }
     }
@@ -367,12 +371,9 @@ impl<S: RecordSink> Primary<S> {
             || (self.cfg.stop_after_trials).is_some_and(|n| self.done.len() as u64 >= n)
     }
 
-    /// Models this group has not seen yet.
-    fn delta(&mut self, group: u32) -> Vec<HistoryEntry> {
-        let g = &mut self.groups[group as usize];
-        let out = self.history[g.synced..].to_vec();
-        g.synced = self.history.len();
-        out
+    /// What changed in the view since this group's last reply.
+    fn delta(&mut self, group: u32) -> ViewDelta {
+        self.view.delta(group)
     }
 
     fn register(
@@ -486,11 +487,12 @@ impl<S: RecordSink> Primary<S> {
         })?;
         self.done.insert(model_id, o.hparams);
         if o.epochs > 0 {
-            self.history.push(HistoryEntry {
+            self.view.push(HistoryEntry {
                 model_id,
                 father: reg.father,
                 graph: reg.graph,
                 accuracy: o.reported,
+                position: 0, // the view numbers it
             });
         }
         Ok(())

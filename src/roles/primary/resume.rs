@@ -101,6 +101,7 @@ pub fn from_records(
                 father: u64::try_from(t.father).ok(),
                 graph,
                 accuracy: t.reported_accuracy,
+                position: r.history.len() as u64,
             });
         }
     }

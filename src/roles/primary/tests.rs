@@ -4,6 +4,7 @@ use super::resume::Resumed;
 use super::*;
 use crate::arch::{by_name, Shape};
 use aiperf_records::schema::TrialStatus;
+use rand::SeedableRng;
 
 const DEADLINE: f64 = 1000.0;
 
@@ -31,6 +32,7 @@ fn primary() -> Primary<MemorySink> {
         deadline_s: DEADLINE,
         stop_after_epochs: None,
         stop_after_trials: None,
+        view_bound: crate::search::bayes::MAX_FIT,
     })
 }
 
@@ -82,7 +84,9 @@ fn registration_gives_global_ids_and_deduplicates_across_groups() {
     );
     assert_eq!(
         register(&mut p, 3, 1, "resnet8"),
-        ToGroup::Duplicate { history: vec![] }
+        ToGroup::Duplicate {
+            history: ViewDelta::default()
+        }
     );
     assert_eq!(
         register(&mut p, 3, 1, "resnet20"),
@@ -143,11 +147,11 @@ fn regression_a_repeated_result_is_recorded_once() {
     let first = p
         .handle(1, result(0, 0, 0.5, defaults()), 30.0, false)
         .unwrap();
-    assert!(matches!(first, Some(ToGroup::History(ref h)) if h.len() == 1));
+    assert!(matches!(first, Some(ToGroup::History(ref h)) if h.added.len() == 1));
     let again = p
         .handle(1, result(0, 0, 0.5, defaults()), 31.0, false)
         .unwrap();
-    assert_eq!(again, Some(ToGroup::History(vec![])));
+    assert_eq!(again, Some(ToGroup::History(ViewDelta::default())));
     assert_eq!(
         p.trial_counts(),
         Trials {
@@ -341,7 +345,9 @@ fn a_restored_primary_goes_on_from_the_recorded_rounds_ids_and_totals() {
     });
     assert_eq!(
         register(&mut p, 1, 0, "resnet8"),
-        ToGroup::Duplicate { history: vec![] }
+        ToGroup::Duplicate {
+            history: ViewDelta::default()
+        }
     );
     assert_eq!(
         register(&mut p, 1, 0, "resnet20"),
@@ -395,4 +401,61 @@ fn the_chains_of_the_groups_that_said_goodbye_are_kept_in_group_order() {
         vec![(0, 9), (1, 4)]
     );
     assert_eq!(chains[1].chains[0].digest, format!("{:064x}", 4));
+}
+
+/// Every group's Result reply carries at most the view's bound of models, however many
+/// groups and trained models there are, and what a group holds after applying its replies
+/// is the view (the fitting set of the whole history).
+#[test]
+fn replies_are_bounded_by_the_view_whatever_the_groups_and_the_history() {
+    let groups = 40usize;
+    let mut p = primary_with(PrimaryConfig {
+        leaders: (1..=groups).collect(),
+        view_bound: 6,
+        ..primary().cfg
+    });
+    let mut held: Vec<Vec<u64>> = vec![Vec::new(); groups];
+    // A random walk of morphisms: every step a new architecture.
+    let mut current = graph("resnet8");
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    let mut trained = 0;
+    while trained < 200 {
+        let g = trained % groups;
+        let Some((_, next)) =
+            crate::search::random_morphism(&current, 3, &Default::default(), &mut rng, 3)
+        else {
+            current = graph("resnet8"); // at the growth limits: start the walk again
+            continue;
+        };
+        current = next.clone();
+        let reg = ToPrimary::Register {
+            group: g as u32,
+            father: None,
+            graph: next,
+        };
+        let Some(ToGroup::Registered { model_id }) =
+            p.handle(g as i32 + 1, reg, 5.0, false).unwrap()
+        else {
+            continue;
+        };
+        let acc = ((model_id * 13) % 17) as f64 / 17.0;
+        let reply = p
+            .handle(
+                g as i32 + 1,
+                result(g as u32, model_id, acc, defaults()),
+                6.0,
+                false,
+            )
+            .unwrap();
+        let Some(ToGroup::History(delta)) = reply else {
+            panic!("{reply:?}")
+        };
+        assert!(delta.added.len() <= 6, "{} models sent", delta.added.len());
+        let h = &mut held[g];
+        h.retain(|id| !delta.removed.contains(id));
+        h.extend(delta.added.iter().map(|e| e.model_id));
+        h.sort_unstable();
+        assert_eq!(&h[..], p.view.chosen(), "group {g} after model {model_id}");
+        trained += 1;
+    }
 }

@@ -12,6 +12,12 @@ use std::collections::HashSet;
 use super::Observed;
 use crate::seeds::mix;
 
+/// A model's fixed place in the stable sample of the rest: a function of its id alone, so
+/// the sample changes little as the history grows.
+pub fn rank(id: u64) -> u64 {
+    mix(id ^ 0x6669_7473_6574)
+}
+
 /// Indices into `history` of the models the process is fitted on, in history order: every
 /// model while the history has at most `max_fit` (at least 1), else `max_fit` of them.
 pub fn fitting_set(history: &[Observed], max_fit: usize) -> Vec<usize> {
@@ -39,7 +45,7 @@ pub fn fitting_set(history: &[Observed], max_fit: usize) -> Vec<usize> {
     chosen.extend(recent);
     // The rest by each model's fixed rank.
     let mut others: Vec<usize> = (0..n).filter(|i| !chosen.contains(i)).collect();
-    others.sort_by_key(|&i| (mix(history[i].id ^ 0x6669_7473_6574), history[i].id));
+    others.sort_by_key(|&i| (rank(history[i].id), history[i].id));
     let room = max - chosen.len();
     chosen.extend(others.into_iter().take(room));
     let mut out: Vec<usize> = chosen.into_iter().collect();

@@ -152,3 +152,54 @@ fn regression_fixed_batch_size_suggests_after_startup_without_hanging() {
         tpe.observe(h, 1.0 / f64::from(i + 1));
     }
 }
+
+/// A window of `w` observations: every suggestion is the one a TPE fed only the latest `w`
+/// would make (so a suggestion's work is bounded by the window, not the run's length), and
+/// below the window nothing changes.
+#[test]
+fn suggestions_model_only_the_latest_window_of_observations() {
+    let tpe = |window: usize| {
+        Tpe::new(
+            TpeConfig {
+                startup: 5,
+                window,
+                seed: 3,
+                ..TpeConfig::default()
+            },
+            Space::default(),
+        )
+        .unwrap()
+    };
+    let obs: Vec<(Hparams, f64)> = (0..60u32)
+        .map(|i| {
+            let h = Hparams {
+                batch_size: 16 + (i * 37) % 113,
+                kernel_size: [3, 5, 7][(i % 3) as usize],
+            };
+            (h, f64::from((i * 11) % 17) / 17.0)
+        })
+        .collect();
+    let (mut windowed, mut latest, mut unbounded) = (tpe(20), tpe(1000), tpe(1000));
+    for &(h, loss) in &obs {
+        windowed.observe(h, loss);
+        unbounded.observe(h, loss);
+    }
+    for &(h, loss) in &obs[40..] {
+        latest.observe(h, loss);
+    }
+    let draws = |t: &mut Tpe| (0..10).map(|_| t.suggest()).collect::<Vec<_>>();
+    let w = draws(&mut windowed);
+    assert_eq!(w, draws(&mut latest));
+    assert_ne!(
+        w,
+        draws(&mut unbounded),
+        "the window changes what 60 observations give"
+    );
+    // Up to the window, the same as without one.
+    let (mut small, mut big) = (tpe(60), tpe(1000));
+    for &(h, loss) in &obs {
+        small.observe(h, loss);
+        big.observe(h, loss);
+    }
+    assert_eq!(draws(&mut small), draws(&mut big));
+}
