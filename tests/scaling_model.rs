@@ -364,3 +364,87 @@ fn the_model_holds_the_recorded_virtual_cluster_study_within_ten_percent() {
         );
     }
 }
+
+/// With the primary bench's rows, the prediction adds rank 0's load at one group per node:
+/// trials a second = nodes / (trial epochs × epoch time), each costing the measured time and
+/// reply of the nearest group count; a file that is not the bench's is refused naming the flag.
+#[test]
+fn the_prediction_adds_the_primarys_measured_load_at_one_group_per_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = tmp.path().join("paper-scale.jsonl");
+    let row = |groups: u32, history: u32, s: f64, bytes: f64| {
+        serde_json::json!({"what": "primary", "groups": groups, "history_from": 0,
+            "history_to": history, "trial_cpu_s": s, "result_reply_bytes": bytes})
+        .to_string()
+    };
+    // 512 groups: the larger history's row counts (10 ms, 1 MB); 16384: 20 ms, 2 MB.
+    let text = [
+        row(512, 1000, 0.5, 9e9),
+        row(512, 50_000, 0.010, 1e6),
+        row(16_384, 50_000, 0.020, 2e6),
+    ]
+    .join("\n");
+    std::fs::write(&rows, text).unwrap();
+    // An epoch of 24,000 images at 1,000 images/s on each of 8 accelerators: 3 s; a trial
+    // every 2 epochs: a node ends a trial every 6 s.
+    let out = model(&[
+        "predict",
+        "--primary",
+        rows.to_str().unwrap(),
+        "--nodes",
+        "600,1200,12000",
+        "--per-node",
+        "8",
+        "--images-per-s",
+        "1000",
+        "--epoch-images",
+        "24000",
+        "--trial-epochs",
+        "2",
+        "--link-gbit",
+        "100",
+    ]);
+    let load: Vec<(f64, f64)> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let busy = w[3].trim_end_matches('%').parse().unwrap();
+            (busy, w[4].trim_end_matches("MB/s").parse().unwrap())
+        })
+        .collect();
+    // 600 nodes: 100 trials/s × 10 ms = 100 % of rank 0, 100 MB/s of replies (nearest: 512).
+    // 1,200: nearest 512 on a log scale; saturated. 12,000: nearest 16,384, 2,000 trials/s.
+    assert_eq!(
+        load,
+        [(100.0, 100.0), (100.0, 200.0), (100.0, 4000.0)],
+        "{out}"
+    );
+    let half = model(&[
+        "predict",
+        "--primary",
+        rows.to_str().unwrap(),
+        "--nodes",
+        "300",
+        "--images-per-s",
+        "1000",
+        "--epoch-images",
+        "24000",
+        "--trial-epochs",
+        "2",
+        "--link-gbit",
+        "100",
+    ]);
+    assert!(half.contains(" 50.00%   50.00MB/s"), "{half}");
+    let bad = Command::new("python3")
+        .arg(root().join("scripts/tools/scaling-model"))
+        .args(["predict", "--primary", RECORD])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--primary"),
+        "{bad:?}"
+    );
+}

@@ -144,8 +144,8 @@ pub struct RunFlags {
     /// Threads of each leader's search pool [default: 1].
     #[arg(long)]
     pub search_threads: Option<usize>,
-    /// Seconds between rank 0's status lines (elapsed, trials, OPS, best accuracy)
-    /// [default: 60].
+    /// Seconds between rank 0's status lines (elapsed, trials, OPS, best accuracy); one more
+    /// ends the run [default: 60].
     #[arg(long)]
     pub status_interval: Option<f64>,
     /// Seconds a group may stay silent (no epoch, no request) before the run is stopped and

@@ -102,6 +102,13 @@ pub fn serve<C: Communicator, S: RecordSink>(
         }
         busy += handling.elapsed().as_secs_f64();
     }
+    // The last status line, at the end: every batch log ends with the run's totals, however
+    // short the run was against --status-interval.
+    let now = cfg.clock.now();
+    log::info!(
+        "{}",
+        crate::roles::status::line(now - cfg.t0_s, p.totals(), p.trial_counts())
+    );
     let wall = served.elapsed().as_secs_f64().max(1e-9);
     log::info!(
         "primary: served {requests} requests from {} groups in {wall:.1} s ({:.1}/s), busy {:.2}% of the time, {:.2} CPU s",
@@ -110,7 +117,6 @@ pub fn serve<C: Communicator, S: RecordSink>(
         100.0 * busy / wall,
         process_cpu_s() - cpu0
     );
-    let now = cfg.clock.now();
     Ok(ServeOutcome {
         end_s: p.end().unwrap_or(now.min(cfg.deadline_s)).min(now),
         stalled: watchdog.stalled(),
