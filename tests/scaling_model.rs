@@ -448,3 +448,55 @@ fn the_prediction_adds_the_primarys_measured_load_at_one_group_per_node() {
         "{bad:?}"
     );
 }
+
+/// docs/scaling.md's prediction for 10,000 nodes is what the model makes of the committed
+/// primary bench (tests/data/primary-bench.jsonl), and those rows are flat: from 512 to
+/// 16,384 groups the time per trial and the reply at each count's largest history stay
+/// within 2× of one another.
+#[test]
+fn the_pages_10000_node_prediction_comes_from_the_committed_primary_bench() {
+    let bench = std::fs::read_to_string(root().join("tests/data/primary-bench.jsonl")).unwrap();
+    let mut last: std::collections::BTreeMap<u64, serde_json::Value> = Default::default();
+    for r in bench
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+    {
+        last.insert(r["groups"].as_u64().unwrap(), r);
+    }
+    assert_eq!(
+        last.keys().copied().collect::<Vec<_>>(),
+        [512, 2048, 8192, 16384]
+    );
+    for key in ["trial_cpu_s", "result_reply_bytes"] {
+        let v: Vec<f64> = last.values().map(|r| r[key].as_f64().unwrap()).collect();
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, 0f64), |(a, b), &x| (a.min(x), b.max(x)));
+        assert!(hi <= 2.0 * lo, "{key}: {v:?}");
+    }
+    let out = model(&[
+        "predict",
+        "--alpha-us",
+        "3",
+        "--link-gbit",
+        "400",
+        "--primary",
+        "tests/data/primary-bench.jsonl",
+        "--nodes",
+        "10000",
+        "--per-node",
+        "8",
+        "--trial-epochs",
+        "15",
+    ]);
+    let row = out
+        .lines()
+        .find(|l| l.trim_start().starts_with("10000"))
+        .expect(&out);
+    assert!(row.contains("0.581") && row.contains("11.19%"), "{row}");
+    let page = std::fs::read_to_string(root().join("docs/scaling.md")).unwrap();
+    assert!(
+        page.contains("| 10,000 × 8 | 0.581 | saturated (186 %) | 11 % | 24 MB/s |"),
+        "docs/scaling.md's 10,000-node row"
+    );
+}
