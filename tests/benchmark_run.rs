@@ -32,8 +32,7 @@ fn run(np: usize, extra: &[&str], dir: &Path) -> String {
             .args(extra),
     );
     // The report (stdout) and the log (stderr, where rank 0 names the run digest).
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let text = common::text(&out);
     assert!(out.status.success(), "np={np}: {text}");
     text
 }

@@ -43,8 +43,7 @@ fn aiperf(args: &[&str], native: &str) -> (i32, String) {
         cmd.env_remove(k);
     }
     let out = output(&mut cmd);
-    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text.into_owned())
+    (out.status.code().unwrap_or(-1), common::text(&out))
 }
 
 /// `aiperf run` on the quadrants data in `dir/data` into `dir/name`: (code, output).

@@ -30,8 +30,7 @@ pub fn aiperf(np: usize, args: &[&std::ffi::OsStr], env: &[(&str, &str)]) -> (i3
     }
     cmd.envs(env.iter().copied());
     let out = output(&mut cmd);
-    let text = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), text.into_owned())
+    (out.status.code().unwrap_or(-1), crate::common::text(&out))
 }
 
 /// A short real run on the quadrants data in `dir/data` (every `wrong`-th label wrong),
