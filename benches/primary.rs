@@ -7,7 +7,8 @@
 //! for the replies: every other group's model ends between two of a group's. Prints one JSON
 //! object per band of history size: wall microseconds per request of each kind (handling,
 //! the HDF5 rows it appends and flushes, encoding the reply: the serve loop is one thread, so
-//! its wall time is what bounds the request rate), the mean and largest bytes of the Result
+//! its wall time is what bounds the request rate; also the serving thread's CPU time, which a
+//! run's last "primary:" line gives per kind), the mean and largest bytes of the Result
 //! replies, which carry what changed in the view since the group's last, and the process's
 //! CPU seconds over the band (which include generating the architectures).
 
@@ -15,6 +16,7 @@ use std::collections::HashSet;
 use std::time::Instant;
 
 use aiperf::arch::{resnet50, Graph, Shape};
+use aiperf::roles::primary::served::thread_cpu_s;
 use aiperf::roles::primary::{Primary, PrimaryConfig};
 use aiperf::roles::status::process_cpu_s;
 use aiperf::search::{random_morphism, Hparams, Limits, Space};
@@ -34,6 +36,7 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 #[derive(Default)]
 struct Band {
     seconds: [f64; 4],
+    cpu: [f64; 4],
     count: [u64; 4],
     reply_bytes: u64,
     largest_reply: u64,
@@ -96,12 +99,13 @@ fn timed(
     g: usize,
     msg: ToPrimary,
 ) -> Option<ToGroup> {
-    let t = Instant::now();
+    let (t, cpu) = (Instant::now(), thread_cpu_s());
     let reply = p
         .handle(g as i32 + 1, msg, 1.0, false)
         .expect("a valid request");
     let bytes = reply.as_ref().map_or(0, |r| encode(r).len());
     band.seconds[kind] += t.elapsed().as_secs_f64();
+    band.cpu[kind] += thread_cpu_s() - cpu;
     band.count[kind] += 1;
     if kind == 3 {
         band.reply_bytes += bytes as u64;
@@ -235,8 +239,10 @@ fn main() {
 fn report(groups: usize, from: usize, to: usize, b: &Band, cpu: f64) {
     let us = |k: usize| 1e6 * b.seconds[k] / b.count[k].max(1) as f64;
     let per_trial: f64 = (0..4).map(|k| b.seconds[k]).sum::<f64>() / b.count[3].max(1) as f64;
+    let cpu_us = |k: usize| 1e6 * b.cpu[k] / b.count[k].max(1) as f64;
     let fields: Vec<String> = (0..4)
         .map(|k| format!("\"{}_us\":{:.1}", KINDS[k], us(k)))
+        .chain((0..4).map(|k| format!("\"{}_cpu_us\":{:.1}", KINDS[k], cpu_us(k))))
         .collect();
     println!(
         "{{\"what\":\"primary\",\"groups\":{groups},\"history_from\":{from},\"history_to\":{to},\"trials\":{},{},\"trial_cpu_s\":{per_trial:.6},\"result_reply_bytes\":{},\"largest_reply_bytes\":{},\"band_cpu_s\":{cpu:.3}}}",

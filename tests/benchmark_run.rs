@@ -152,13 +152,60 @@ fn four_ranks_three_groups_share_one_history() {
 fn thirty_two_ranks_simulated() {
     let _alone = MACHINE.write().unwrap_or_else(|e| e.into_inner());
     let tmp = tempfile::tempdir().unwrap();
-    run(
+    let out = run(
         32,
         &["--duration", "30", "--group-size", "1"],
         &tmp.path().join("r"),
     );
     let (groups, _) = check_records(&tmp.path().join("r"), 1);
     assert_eq!(groups, 31);
+    primary_lines_agree_with_the_records(&out, &tmp.path().join("r"), 31);
+}
+
+/// The primary's last lines (what serving cost, for comparison with `make bench-primary`)
+/// count the requests its records imply: a hello and a goodbye from every group, a Result
+/// for every trial row, a Register or duplicate for each of them, and the history's models.
+fn primary_lines_agree_with_the_records(log: &str, dir: &Path, groups: u64) {
+    let run = read_run(dir).unwrap();
+    let served = log.lines().find(|l| l.contains("primary: served"));
+    let cost = log.lines().find(|l| l.contains("primary: CPU per request"));
+    let (Some(served), Some(cost)) = (served, cost) else {
+        panic!("no primary lines in the log: {log}");
+    };
+    let count = |kind: &str| -> u64 {
+        let counts = cost.rsplit("; ").nth(1).unwrap();
+        let hit = counts
+            .split(", ")
+            .find(|c| c.ends_with(&format!(" {kind}")));
+        hit.and_then(|c| c.split(' ').next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no {kind} count in {cost}"))
+    };
+    assert_eq!((count("hello"), count("bye")), (groups, groups), "{cost}");
+    let trials = run.trials.len() as u64;
+    assert_eq!(count("result"), trials, "{cost}");
+    assert!(count("register") + count("duplicate") >= trials, "{cost}");
+    // The history holds the trials that trained an epoch or more.
+    let history = run.trials.iter().filter(|t| t.epochs > 0).count();
+    assert!(
+        cost.ends_with(&format!("history {history} models")),
+        "{cost}"
+    );
+    let all: u64 = [
+        "hello",
+        "register",
+        "duplicate",
+        "suggest",
+        "progress",
+        "result",
+        "bye",
+    ]
+    .iter()
+    .map(|k| count(k))
+    .sum();
+    assert!(
+        served.contains(&format!("served {all} requests from {groups} groups")),
+        "{served}"
+    );
 }
 
 #[test]

@@ -7,10 +7,10 @@
 //! machine search one at a time instead of all slowing each other down.
 
 use std::collections::HashSet;
-use std::sync::mpsc::{sync_channel, Receiver};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -128,14 +128,35 @@ impl Generator {
 
     /// The next candidate, waiting only if the buffer is empty.
     pub fn take(&mut self) -> Result<Candidate, String> {
+        self.take_unless(|| false)?
+            .ok_or_else(|| "the architecture generator was stopped".to_string())
+    }
+
+    /// The next candidate, or `None` once `over()` says the run has ended: asked before
+    /// taking and every 100 ms while the buffer is empty, so that a leader whose generator
+    /// is still searching at the deadline ends then instead of after the search.
+    pub fn take_unless(&mut self, over: impl Fn() -> bool) -> Result<Option<Candidate>, String> {
         let started = Instant::now();
-        let c = self
-            .rx
-            .as_ref()
-            .and_then(|rx| rx.recv().ok())
-            .ok_or_else(|| "the architecture generator thread died".to_string());
+        let mut taken = Ok(None);
+        while !over() {
+            let Some(rx) = self.rx.as_ref() else {
+                taken = Err(());
+                break;
+            };
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(c) => {
+                    taken = Ok(Some(c));
+                    break;
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    taken = Err(());
+                    break;
+                }
+            }
+        }
         self.waited_s += started.elapsed().as_secs_f64();
-        c
+        taken.map_err(|()| "the architecture generator thread died".to_string())
     }
 
     /// Seconds spent waiting for candidates so far.
@@ -148,7 +169,12 @@ impl Drop for Generator {
     fn drop(&mut self) {
         self.rx = None; // a blocked send fails, and the thread returns
         if let Some(h) = self.handle.take() {
-            let _ = h.join();
+            // A thread still in a proposal returns when it tries to hand it over: it is
+            // left to finish alone rather than waited for (the search of one ResNet-50
+            // proposal takes seconds, minutes on an oversubscribed node).
+            if h.is_finished() {
+                let _ = h.join();
+            }
         }
     }
 }
@@ -167,6 +193,50 @@ mod tests {
             Shape::new(3, 16, 16),
             10,
         )
+    }
+
+    #[test]
+    fn a_run_that_is_over_takes_nothing_and_loses_nothing() {
+        let cfg = BayesConfig {
+            threads: 1,
+            ..BayesConfig::default()
+        };
+        let mut g = Generator::start(cfg, start(), 0, 7, 3, 1, None).unwrap();
+        // Over before taking: nothing is taken, even with a candidate ready.
+        assert!(g.take_unless(|| true).unwrap().is_none());
+        // The first candidate is still the start: the refusal consumed nothing.
+        let first = g.take_unless(|| false).unwrap().expect("a candidate");
+        assert_eq!(first.graph, start());
+    }
+
+    #[test]
+    fn a_wait_on_a_search_that_never_ends_stops_when_the_run_is_over() {
+        // A generator whose thread is still searching: its channel stays empty.
+        let (tx, rx) = sync_channel::<Candidate>(1);
+        let mut g = Generator {
+            snapshot: Arc::new(Mutex::new(Snapshot {
+                history: Arc::new(Vec::new()),
+                kernel: 3,
+            })),
+            rx: Some(rx),
+            handle: None,
+            waited_s: 0.0,
+        };
+        let asked = std::cell::Cell::new(0);
+        let over = || {
+            asked.set(asked.get() + 1);
+            asked.get() > 3
+        };
+        assert!(g.take_unless(over).unwrap().is_none());
+        assert_eq!(
+            asked.get(),
+            4,
+            "asked before taking and after each empty wait"
+        );
+        // A thread that died is an error, not a wait.
+        drop(tx);
+        let err = g.take_unless(|| false).unwrap_err();
+        assert!(err.contains("generator thread died"), "{err}");
     }
 
     #[test]

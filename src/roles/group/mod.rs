@@ -319,7 +319,13 @@ fn lead_trial<C: Communicator>(
 ) -> Result<Option<TrialOutcome>, GroupError> {
     let (world, group) = (side.world, side.group);
     let (model_id, candidate) = loop {
-        let c = generator.take().map_err(GroupError::Generator)?;
+        // At the deadline (or a signal) the leader ends without waiting for the search.
+        let Some(c) = generator
+            .take_unless(|| ctx.over())
+            .map_err(GroupError::Generator)?
+        else {
+            return Ok(None);
+        };
         let register = ToPrimary::Register {
             group,
             father: c.father,

@@ -7,6 +7,7 @@
 
 pub mod resume;
 mod serve;
+pub mod served;
 #[cfg(test)]
 mod tests;
 pub mod view;

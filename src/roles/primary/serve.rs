@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use mpi::point_to_point::Destination;
 use mpi::traits::Communicator;
 
+use super::served::{answered_as, kind_of, thread_cpu_s, Served, Spent};
 use super::{Primary, PrimaryError, RecordSink};
 use crate::config::Intervals;
 use crate::roles::status::{process_cpu_s, StatusLine};
@@ -67,7 +68,7 @@ pub fn serve<C: Communicator, S: RecordSink>(
     let mut watchdog = Watchdog::new(cfg.leaders.len(), start, cfg.intervals.stall_timeout_s);
     let mut status = StatusLine::new(start, cfg.intervals.status_s);
     let (served, cpu0) = (Instant::now(), process_cpu_s());
-    let (mut busy, mut requests) = (0.0f64, 0u64);
+    let mut cost = Served::default();
     while watchdog.live() > 0 {
         let received = receive_any(world, Duration::from_secs(1), DEFAULT_LIMIT_BYTES)?;
         let now = cfg.clock.now();
@@ -85,10 +86,10 @@ pub fn serve<C: Communicator, S: RecordSink>(
         let Some((bytes, src)) = received else {
             continue;
         };
-        let handling = Instant::now();
-        requests += 1;
+        let (handling, cpu) = (Instant::now(), thread_cpu_s());
         let msg: ToPrimary = decode(&bytes, DEFAULT_LIMIT_BYTES)
             .map_err(|source| TransportError::Protocol { from: src, source })?;
+        let decoded = thread_cpu_s();
         let g = p
             .group_of(src)
             .ok_or(PrimaryError::NotALeader { rank: src })? as usize;
@@ -97,10 +98,23 @@ pub fn serve<C: Communicator, S: RecordSink>(
             watchdog.done(g);
         }
         let halt = cfg.interrupted.load(Ordering::Relaxed) || !watchdog.stalled().is_empty();
-        if let Some(reply) = p.handle(src, msg, now, halt)? {
-            world.process_at_rank(src).send(&encode(&reply)[..]);
+        let kind = kind_of(&msg);
+        let reply = p.handle(src, msg, now, halt)?;
+        let kind = answered_as(kind, reply.as_ref());
+        let reply = reply.map(|r| encode(&r));
+        // CPU time handling up to the encoded reply, as the bench measures it; wall time
+        // with the send.
+        let handled = thread_cpu_s();
+        if let Some(bytes) = &reply {
+            world.process_at_rank(src).send(&bytes[..]);
         }
-        busy += handling.elapsed().as_secs_f64();
+        let spent = Spent {
+            wall_s: handling.elapsed().as_secs_f64(),
+            decode_cpu_s: decoded - cpu,
+            cpu_s: handled - decoded,
+            reply_bytes: reply.map_or(0, |b| b.len()),
+        };
+        cost.add(kind, spent);
     }
     // The last status line, at the end: every batch log ends with the run's totals, however
     // short the run was against --status-interval.
@@ -109,14 +123,9 @@ pub fn serve<C: Communicator, S: RecordSink>(
         "{}",
         crate::roles::status::line(now - cfg.t0_s, p.totals(), p.trial_counts())
     );
-    let wall = served.elapsed().as_secs_f64().max(1e-9);
-    log::info!(
-        "primary: served {requests} requests from {} groups in {wall:.1} s ({:.1}/s), busy {:.2}% of the time, {:.2} CPU s",
-        cfg.leaders.len(),
-        requests as f64 / wall,
-        100.0 * busy / wall,
-        process_cpu_s() - cpu0
-    );
+    let (wall, cpu) = (served.elapsed().as_secs_f64(), process_cpu_s() - cpu0);
+    log::info!("{}", cost.served_line(cfg.leaders.len(), wall, cpu));
+    log::info!("{}", cost.cost_line(p.trial_counts().finished));
     Ok(ServeOutcome {
         end_s: p.end().unwrap_or(now.min(cfg.deadline_s)).min(now),
         stalled: watchdog.stalled(),

@@ -1,0 +1,124 @@
+//! `scripts/bench/primary_run_vs_bench.py`, bench-primary's check of a simulated run's
+//! primary against the bench at the run's scale: the run's figures read from the cost line
+//! the primary prints, the bench's combined over its bands by trials, and their ratios.
+
+use std::path::Path;
+use std::process::Command;
+
+use aiperf::roles::primary::served::{Served, Spent};
+
+const SCRIPT: &str = "scripts/bench/primary_run_vs_bench.py";
+
+/// A log ending as a run's: its cost line written by the primary's own `Served`, for 2
+/// trials of 2 duplicates, 2 Progress requests each, Result replies of 0.8 and 1 MB.
+fn log() -> String {
+    let mut s = Served::default();
+    let mut add = |kind: usize, us: f64, reply_bytes: usize| {
+        let cpu_s = us * 1e-6;
+        let spent = Spent {
+            wall_s: cpu_s,
+            decode_cpu_s: 12.5e-6,
+            cpu_s,
+            reply_bytes,
+        };
+        s.add(kind, spent);
+    };
+    for (kind, us, n, bytes) in [
+        (0, 10.0, 2, 0),
+        (1, 200.0, 2, 16),
+        (2, 1500.0, 2, 5000),
+        (3, 200.0, 2, 16),
+        (4, 50.0, 4, 0),
+    ] {
+        (0..n).for_each(|_| add(kind, us, bytes));
+    }
+    add(5, 4000.0, 800_000);
+    add(5, 4000.0, 1_000_000);
+    format!(
+        "[INFO] status: 00:00:10 elapsed, 2 trials finished (0 running), 4 epochs\n[INFO] {}\n[INFO] {}\n",
+        s.served_line(2, 10.0, 0.1),
+        s.cost_line(2)
+    )
+}
+
+/// Two bands of the bench: 1 trial at the first band's costs, 3 at the second's.
+fn bench_rows() -> String {
+    let row = |from: u32, to: u32, trials: u32, scale: f64, reply: u64| {
+        serde_json::json!({
+            "what": "primary", "groups": 2, "history_from": from, "history_to": to,
+            "trials": trials,
+            "register_us": 9e9, "suggest_us": 9e9, "progress_us": 9e9, "result_us": 9e9,
+            "register_cpu_us": 100.0 * scale, "suggest_cpu_us": 100.0 * scale,
+            "progress_cpu_us": 25.0 * scale, "result_cpu_us": 2000.0 * scale,
+            "trial_cpu_s": 0.00225 * scale, "result_reply_bytes": reply,
+            "largest_reply_bytes": reply, "band_cpu_s": 1.0,
+        })
+        .to_string()
+    };
+    format!(
+        "{}\n{}\n",
+        row(0, 1, 1, 1.0, 300_000),
+        row(1, 4, 3, 1.0, 500_000)
+    )
+}
+
+fn run(log: &str, bench: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let (l, b) = (dir.path().join("log"), dir.path().join("bench.jsonl"));
+    std::fs::write(&l, log).unwrap();
+    std::fs::write(&b, bench).unwrap();
+    Command::new("python3")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(SCRIPT))
+        .args([&l, &b])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_run_against_the_bench_is_a_ratio_per_kind_and_per_trial() {
+    let out = run(&log(), &bench_rows());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().unwrap();
+    let v: serde_json::Value = serde_json::from_str(last).unwrap();
+    // The run's figures are read back from its cost line.
+    assert_eq!(v["run"]["result_cpu_us"], 4000.0);
+    assert_eq!(v["run"]["progress_requests"], 4);
+    assert_eq!(v["run"]["duplicate_requests"], 2);
+    assert_eq!(v["run"]["decode_us"], 12.5);
+    assert_eq!(v["run"]["history"], 2);
+    // The bench's CPU figures (not its wall figures) weighted by trials: 0.25 x 300 kB +
+    // 0.75 x 500 kB.
+    assert_eq!(v["bench"]["result_cpu_us"], 2000.0);
+    assert_eq!(v["bench"]["reply_bytes"], 450_000.0);
+    // Every kind costs the run twice what it costs the bench.
+    for kind in ["register", "suggest", "progress", "result"] {
+        assert_eq!(v["ratios"][format!("{kind}_cpu_us")], 2.0, "{kind}");
+    }
+    assert_eq!(v["ratios"]["reply_bytes"], 2.0);
+    // The run's mix priced at the bench's costs: (2x100 + 2x100 + 4x25 + 2x2000) / 2 us;
+    // the run's own trial leaves its duplicates out (the bench's groups make none).
+    assert_eq!(v["bench_trial_ms_at_run_mix"], 2.25);
+    assert_eq!(v["run"]["trial_ms"], 4.5);
+    assert_eq!(v["ratios"]["trial_ms"], 2.0);
+    let table = stdout.lines().rev().nth(1).unwrap();
+    assert!(
+        table.contains("2 duplicates at 1500 us (1.50 ms per trial)"),
+        "{table}"
+    );
+}
+
+#[test]
+fn a_log_without_the_cost_line_is_named() {
+    let out = run("[INFO] primary: served 3 requests\n", &bench_rows());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no 'primary: CPU per request' line"), "{err}");
+    let out = run(&log(), "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no primary bench rows"));
+}
