@@ -167,11 +167,8 @@ fn thirty_two_ranks_simulated() {
 /// for every trial row, a Register or duplicate for each of them, and the history's models.
 fn primary_lines_agree_with_the_records(log: &str, dir: &Path, groups: u64) {
     let run = read_run(dir).unwrap();
-    let served = log.lines().find(|l| l.contains("primary: served"));
-    let cost = log.lines().find(|l| l.contains("primary: CPU per request"));
-    let (Some(served), Some(cost)) = (served, cost) else {
-        panic!("no primary lines in the log: {log}");
-    };
+    let line = |what: &str| log.lines().find(|l| l.contains(what)).expect(what);
+    let (served, cost) = (line("primary: served"), line("primary: CPU per request"));
     let count = |kind: &str| -> u64 {
         let counts = cost.rsplit("; ").nth(1).unwrap();
         let hit = counts
