@@ -23,7 +23,7 @@ const RESULT: usize = 5;
 /// The kinds a trial is made of (a bench trial's requests, and duplicates).
 const TRIAL: std::ops::Range<usize> = 1..6;
 
-/// The index of `msg`'s kind in [`KINDS`] (a Register: see [`answered_as`]).
+/// The index of `msg`'s kind among the kinds the lines print (a Register: see [`answered_as`]).
 pub fn kind_of(msg: &ToPrimary) -> usize {
     match msg {
         ToPrimary::Hello { .. } => 0,
