@@ -1,7 +1,8 @@
 //! The primary at the largest machines' scale (run by `scripts/bench/bench-primary`, not a
 //! test): rank 0's state machine, writing a real `primary.h5`, serving PAPER_GROUPS replica
 //! groups (the paper's 512; 16,384 for a machine of 10,000 nodes and more) in turn until the
-//! history holds HISTORY trained models (up to 50,000), on ResNet-50-sized architectures.
+//! history holds HISTORY trained models (up to 50,000), on ResNet-50-sized architectures
+//! (ARCHITECTURES=FOLDER: a run's own first, in the order it registered them).
 //! Each group's trial is the requests a leader sends — Register, Suggest, EPOCHS × Progress,
 //! Result — and each reply is encoded as the serve loop sends it. In turn is the worst case
 //! for the replies: every other group's model ends between two of a group's. Prints one JSON
@@ -44,16 +45,34 @@ struct Band {
 
 const KINDS: [&str; 4] = ["register", "suggest", "progress", "result"];
 
-/// Distinct ResNet-50 morphs, as the groups' generators would propose them.
+/// Distinct ResNet-50 morphs, as the groups' generators would propose them; first, with
+/// ARCHITECTURES=FOLDER, a run's own architectures in the order it registered them.
 struct Proposer {
     start: Graph,
     current: Vec<Graph>,
     seen: HashSet<aiperf::arch::Descriptor>,
     rng: ChaCha8Rng,
+    replay: std::collections::VecDeque<Graph>,
+}
+
+/// The architectures of the run in `dir`, by model id.
+fn replayed(dir: &str) -> std::collections::VecDeque<Graph> {
+    let mut archs = aiperf_records::read_architectures(std::path::Path::new(dir))
+        .unwrap_or_else(|e| panic!("ARCHITECTURES={dir}: {e}"));
+    archs.sort_by_key(|(id, _)| *id);
+    archs
+        .into_iter()
+        .map(|(id, json)| {
+            Graph::from_json(&json).unwrap_or_else(|e| panic!("{dir}: model {id}: {e}"))
+        })
+        .collect()
 }
 
 impl Proposer {
     fn next(&mut self, group: usize) -> Graph {
+        if let Some(g) = self.replay.pop_front() {
+            return g;
+        }
         loop {
             let g = &self.current[group];
             let kernel = [3, 5, 7][self.rng.random_range(0..3)];
@@ -204,6 +223,9 @@ fn main() {
         start,
         seen: HashSet::new(),
         rng: ChaCha8Rng::seed_from_u64(512),
+        replay: std::env::var("ARCHITECTURES")
+            .map(|d| replayed(&d))
+            .unwrap_or_default(),
     };
     for g in 0..groups {
         p.handle(
