@@ -67,11 +67,28 @@ fn run(log: &str, bench: &str) -> std::process::Output {
     let (l, b) = (dir.path().join("log"), dir.path().join("bench.jsonl"));
     std::fs::write(&l, log).unwrap();
     std::fs::write(&b, bench).unwrap();
+    script(&[l.as_os_str(), b.as_os_str()])
+}
+
+fn script(args: &[&std::ffi::OsStr]) -> std::process::Output {
     Command::new("python3")
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(SCRIPT))
-        .args([&l, &b])
+        .args(args)
         .output()
         .unwrap()
+}
+
+#[test]
+fn the_bench_is_sized_from_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let l = dir.path().join("log");
+    std::fs::write(&l, log()).unwrap();
+    let out = script(&["--scale".as_ref(), l.as_os_str()]);
+    // History 2; 4 Progress requests over 2 Results.
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2 2\n");
+    std::fs::write(&l, "[INFO] primary: served 3 requests\n").unwrap();
+    let out = script(&["--scale".as_ref(), l.as_os_str()]);
+    assert_eq!(out.status.code(), Some(1));
 }
 
 #[test]

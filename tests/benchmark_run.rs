@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use aiperf::ops::OpCount;
+use aiperf::roles::primary::served::KINDS;
 use aiperf_records::score;
 
 mod common;
@@ -187,18 +188,7 @@ fn primary_lines_agree_with_the_records(log: &str, dir: &Path, groups: u64) {
         cost.ends_with(&format!("history {history} models")),
         "{cost}"
     );
-    let all: u64 = [
-        "hello",
-        "register",
-        "duplicate",
-        "suggest",
-        "progress",
-        "result",
-        "bye",
-    ]
-    .iter()
-    .map(|k| count(k))
-    .sum();
+    let all: u64 = KINDS.iter().map(|k| count(k)).sum();
     assert!(
         served.contains(&format!("served {all} requests from {groups} groups")),
         "{served}"

@@ -2,6 +2,10 @@
 """A simulated run's primary against the primary bench at the run's own scale.
 
 Usage: primary_run_vs_bench.py LOG BENCH_JSONL
+       primary_run_vs_bench.py --scale LOG
+
+With --scale, prints the history the run reached and its Progress requests per trial
+(rounded, at least 1): the bench's HISTORY and EPOCHS for the comparison.
 
 LOG is rank 0's log of `aiperf run --trainer simulated`: its last "primary: CPU per
 request ..." line gives the serving thread's CPU microseconds handling a request of each
@@ -69,13 +73,19 @@ def bench_figures(jsonl_path):
 
 def main(argv):
     if len(argv) != 3:
-        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        print("\n".join(__doc__.strip().splitlines()[2:4]), file=sys.stderr)
         return 2
-    run = run_figures(argv[1])
+    scale = argv[1] == "--scale"
+    log = argv[2] if scale else argv[1]
+    run = run_figures(log)
     if run is None:
-        print(f"{argv[1]}: no 'primary: CPU per request' line (a log of aiperf run's rank 0 is needed)",
+        print(f"{log}: no 'primary: CPU per request' line (a log of aiperf run's rank 0 is needed)",
               file=sys.stderr)
         return 1
+    if scale:
+        per_trial = run["progress_requests"] / max(run["result_requests"], 1)
+        print(run["history"], max(1, round(per_trial)))
+        return 0
     bench = bench_figures(argv[2])
     if bench is None:
         print(f"{argv[2]}: no primary bench rows with trials (run cargo bench --bench primary)",

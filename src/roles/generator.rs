@@ -126,35 +126,25 @@ impl Generator {
         s.kernel = kernel;
     }
 
-    /// The next candidate, waiting only if the buffer is empty.
-    pub fn take(&mut self) -> Result<Candidate, String> {
-        self.take_unless(|| false)?
-            .ok_or_else(|| "the architecture generator was stopped".to_string())
-    }
-
-    /// The next candidate, or `None` once `over()` says the run has ended: asked before
-    /// taking and every 100 ms while the buffer is empty, so that a leader whose generator
-    /// is still searching at the deadline ends then instead of after the search.
+    /// The next candidate, waiting only if the buffer is empty, or `None` once `over()`
+    /// says the run has ended: asked before taking and every 100 ms while the buffer is
+    /// empty, so that a leader whose generator is still searching at the deadline ends then
+    /// instead of after the search.
     pub fn take_unless(&mut self, over: impl Fn() -> bool) -> Result<Option<Candidate>, String> {
         let started = Instant::now();
-        let mut taken = Ok(None);
-        while !over() {
+        let taken = loop {
+            if over() {
+                break Ok(None);
+            }
             let Some(rx) = self.rx.as_ref() else {
-                taken = Err(());
-                break;
+                break Err(());
             };
             match rx.recv_timeout(Duration::from_millis(100)) {
-                Ok(c) => {
-                    taken = Ok(Some(c));
-                    break;
-                }
+                Ok(c) => break Ok(Some(c)),
                 Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {
-                    taken = Err(());
-                    break;
-                }
+                Err(RecvTimeoutError::Disconnected) => break Err(()),
             }
-        }
+        };
         self.waited_s += started.elapsed().as_secs_f64();
         taken.map_err(|()| "the architecture generator thread died".to_string())
     }
@@ -184,6 +174,11 @@ mod tests {
     use super::*;
     use crate::arch::{cifar_resnet, CifarResnetConfig, Shape};
 
+    /// The generator's next candidate, in a run that never ends.
+    fn next(g: &mut Generator) -> Candidate {
+        g.take_unless(|| false).unwrap().expect("a candidate")
+    }
+
     fn start() -> Graph {
         cifar_resnet(
             &CifarResnetConfig {
@@ -205,7 +200,7 @@ mod tests {
         // Over before taking: nothing is taken, even with a candidate ready.
         assert!(g.take_unless(|| true).unwrap().is_none());
         // The first candidate is still the start: the refusal consumed nothing.
-        let first = g.take_unless(|| false).unwrap().expect("a candidate");
+        let first = next(&mut g);
         assert_eq!(first.graph, start());
     }
 
@@ -246,11 +241,11 @@ mod tests {
             ..BayesConfig::default()
         };
         let mut g = Generator::start(cfg.clone(), start(), 0, 7, 3, 1, None).unwrap();
-        let first = g.take().unwrap();
+        let first = next(&mut g);
         assert_eq!(first.graph, start());
         assert_eq!(first.father, None);
         // Without history, further candidates are neighbours of the start.
-        let second = g.take().unwrap();
+        let second = next(&mut g);
         assert_ne!(second.graph.descriptor(), start().descriptor());
         let trained = Observed {
             id: 41,
@@ -262,16 +257,13 @@ mod tests {
         // At most `buffer` + 1 stale candidates (one queued, one being sent) precede one
         // generated from the new snapshot.
         let fresh = (0..3)
-            .map(|_| g.take().unwrap())
+            .map(|_| next(&mut g))
             .find(|c| c.history_len == 1)
             .expect("a candidate from the new history");
         assert_eq!(fresh.father, Some(41));
         assert_eq!(fresh.kernel, 5);
         // Another group never offers the start itself.
         let mut other = Generator::start(cfg, start(), 1, 7, 3, 1, None).unwrap();
-        assert_ne!(
-            other.take().unwrap().graph.descriptor(),
-            start().descriptor()
-        );
+        assert_ne!(next(&mut other).graph.descriptor(), start().descriptor());
     }
 }

@@ -9,7 +9,7 @@ use crate::world::protocol::{ToGroup, ToPrimary};
 /// The kinds of request a group's leader sends, in the order the lines print them; a
 /// duplicate is a Register the primary answered with a Duplicate (another group registered
 /// the architecture first), which carries the view's changes as a Result's reply does.
-const KINDS: [&str; 7] = [
+pub const KINDS: [&str; 7] = [
     "hello",
     "register",
     "duplicate",
@@ -23,7 +23,7 @@ const RESULT: usize = 5;
 /// The kinds a trial is made of (a bench trial's requests, and duplicates).
 const TRIAL: std::ops::Range<usize> = 1..6;
 
-/// The index of `msg`'s kind among the kinds the lines print (a Register: see [`answered_as`]).
+/// The index of `msg`'s kind in [`KINDS`] (a Register: see [`answered_as`]).
 pub fn kind_of(msg: &ToPrimary) -> usize {
     match msg {
         ToPrimary::Hello { .. } => 0,
