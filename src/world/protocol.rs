@@ -2,6 +2,8 @@
 //! with bincode inside a versioned envelope. Receivers check the size before decoding (the
 //! primary probes a message's length first) and refuse another protocol version by name.
 
+use std::sync::Arc;
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -105,8 +107,9 @@ pub struct HistoryEntry {
     pub model_id: u64,
     /// Father's id.
     pub father: Option<u64>,
-    /// The architecture.
-    pub graph: Graph,
+    /// The architecture, shared between the primary's view and the replies that carry it
+    /// (serialised as the graph itself).
+    pub graph: Arc<Graph>,
     /// The value the search maximises.
     pub accuracy: f64,
     /// Its place in the run's history (the order the generators fit in).
@@ -322,7 +325,7 @@ mod tests {
                 added: vec![HistoryEntry {
                     model_id: 1,
                     father: None,
-                    graph: g,
+                    graph: Arc::new(g),
                     accuracy: 0.5,
                     position: 4,
                 }],

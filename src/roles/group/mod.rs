@@ -8,7 +8,6 @@ mod tests;
 mod trial;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use aiperf_records::writer::GroupWriter;
@@ -131,7 +130,7 @@ impl Known {
             let o = Observed {
                 id: e.model_id,
                 descriptor: e.graph.descriptor(),
-                graph: Arc::new(e.graph),
+                graph: e.graph,
                 accuracy: e.accuracy,
             };
             self.by_position.insert(e.position, o);

@@ -33,7 +33,7 @@ fn history(n: usize) -> Vec<HistoryEntry> {
         out.push(HistoryEntry {
             model_id: (k * 31) % 101,
             father: None,
-            graph: next,
+            graph: Arc::new(next),
             accuracy: ((k * 7) % 5) as f64 / 5.0,
             position: 0,
         });
@@ -45,7 +45,7 @@ fn observed(e: &HistoryEntry) -> Observed {
     Observed {
         id: e.model_id,
         descriptor: e.graph.descriptor(),
-        graph: Arc::new(e.graph.clone()),
+        graph: Arc::clone(&e.graph),
         accuracy: e.accuracy,
     }
 }

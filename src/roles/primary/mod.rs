@@ -491,7 +491,7 @@ impl<S: RecordSink> Primary<S> {
             self.view.push(HistoryEntry {
                 model_id,
                 father: reg.father,
-                graph: reg.graph,
+                graph: std::sync::Arc::new(reg.graph),
                 accuracy: o.reported,
                 position: 0, // the view numbers it
             });

@@ -99,7 +99,7 @@ pub fn from_records(
             r.history.push(HistoryEntry {
                 model_id: t.model_id,
                 father: u64::try_from(t.father).ok(),
-                graph,
+                graph: std::sync::Arc::new(graph),
                 accuracy: t.reported_accuracy,
                 position: r.history.len() as u64,
             });
