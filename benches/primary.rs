@@ -4,8 +4,12 @@
 //! history holds HISTORY trained models (up to 50,000), on ResNet-50-sized architectures
 //! (ARCHITECTURES=FOLDER: a run's own first, in the order it registered them).
 //! Each group's trial is the requests a leader sends — Register, Suggest, EPOCHS × Progress,
-//! Result — and each reply is encoded as the serve loop sends it. In turn is the worst case
-//! for the replies: every other group's model ends between two of a group's. Prints one JSON
+//! Result with the suggested hyperparameters and a noisy, rising accuracy — and each reply
+//! is encoded and released as the serve loop does, inside the timed span. CACHES=cold writes
+//! a buffer twice the last-level cache before each request, so that it finds nothing of the
+//! primary cached (a run's primary waits for its requests while other ranks run, so its
+//! caches are colder than a loop's; the two bracket it). In turn is the worst case for the
+//! replies: every other group's model ends between two of a group's. Prints one JSON
 //! object per band of history size: wall microseconds per request of each kind (handling,
 //! the HDF5 rows it appends and flushes, encoding the reply: the serve loop is one thread, so
 //! its wall time is what bounds the request rate; also the serving thread's CPU time, which a
@@ -88,6 +92,55 @@ impl Proposer {
     }
 }
 
+/// CACHES=cold: a buffer twice the last-level cache, written one byte per cache line before
+/// each request, so that the request finds none of the primary's state cached, as a run's
+/// primary that slept until the request came, while the node's other ranks ran, may.
+struct Evictor {
+    buffer: Vec<u8>,
+    pass: u8,
+}
+
+impl Evictor {
+    /// With CACHES=cold, an evictor twice the largest cache sysfs reports (64 MiB where it
+    /// reports none); with CACHES=hot or unset, none.
+    fn from_env() -> Option<Evictor> {
+        match std::env::var("CACHES").as_deref() {
+            Ok("cold") => Some(Evictor {
+                buffer: vec![0; 2 * largest_cache_bytes().unwrap_or(32 << 20)],
+                pass: 0,
+            }),
+            Ok("hot") | Err(_) => None,
+            Ok(other) => panic!("CACHES={other}: use hot (the default) or cold"),
+        }
+    }
+
+    fn evict(&mut self) {
+        self.pass = self.pass.wrapping_add(1);
+        for i in (0..self.buffer.len()).step_by(64) {
+            self.buffer[i] = self.pass;
+        }
+        std::hint::black_box(&self.buffer);
+    }
+}
+
+/// The largest cache of CPU 0, from /sys/devices/system/cpu/cpu0/cache/index*/size
+/// ("32768K").
+fn largest_cache_bytes() -> Option<usize> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("size")).ok())
+        .filter_map(|s| {
+            let s = s.trim();
+            let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
+            let scale = match unit {
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                _ => return None,
+            };
+            Some(n.parse::<usize>().ok()? * scale)
+        })
+        .max()
+}
+
 fn meta(groups: u32) -> RunMeta {
     RunMeta {
         platform: Vec::new(),
@@ -109,20 +162,43 @@ fn meta(groups: u32) -> RunMeta {
     }
 }
 
-/// Handles `msg` from group `g`'s leader (world rank g + 1) and encodes the reply; adds the
-/// wall time to `band` under `kind`.
+/// What a trial keeps of a reply: a Registered's model id, an Hparams' hyperparameters.
+#[derive(Default)]
+struct Kept {
+    model_id: Option<u64>,
+    hparams: Option<Hparams>,
+}
+
+/// Handles `msg` from group `g`'s leader (world rank g + 1), encodes and releases the
+/// reply; adds the wall and thread CPU time to `band` under `kind`.
 fn timed(
-    p: &mut Primary<PrimaryWriter>,
+    (p, evict): (&mut Primary<PrimaryWriter>, &mut Option<Evictor>),
     band: &mut Band,
     kind: usize,
     g: usize,
     msg: ToPrimary,
-) -> Option<ToGroup> {
+) -> Kept {
+    if let Some(e) = evict {
+        e.evict();
+    }
     let (t, cpu) = (Instant::now(), thread_cpu_s());
     let reply = p
         .handle(g as i32 + 1, msg, 1.0, false)
         .expect("a valid request");
-    let bytes = reply.as_ref().map_or(0, |r| encode(r).len());
+    let kept = match reply {
+        Some(ToGroup::Registered { model_id }) => Kept {
+            model_id: Some(model_id),
+            hparams: None,
+        },
+        Some(ToGroup::Hparams(h)) => Kept {
+            model_id: None,
+            hparams: Some(h),
+        },
+        _ => Kept::default(),
+    };
+    // As the serve loop does: the reply encoded, then released (a Result's carries the
+    // models that entered the view) before the clock is read.
+    let bytes = reply.map_or(0, |r| encode(&r).len());
     band.seconds[kind] += t.elapsed().as_secs_f64();
     band.cpu[kind] += thread_cpu_s() - cpu;
     band.count[kind] += 1;
@@ -130,13 +206,13 @@ fn timed(
         band.reply_bytes += bytes as u64;
         band.largest_reply = band.largest_reply.max(bytes as u64);
     }
-    reply
+    kept
 }
 
 /// One trial of group `g` on `graph`: Register, Suggest, `epochs` × Progress, Result, each
 /// timed into `band`. False when the primary called the graph a duplicate.
 fn trial(
-    p: &mut Primary<PrimaryWriter>,
+    (p, evict): (&mut Primary<PrimaryWriter>, &mut Option<Evictor>),
     band: &mut Band,
     (g, graph): (usize, Graph),
     epochs: u32,
@@ -152,7 +228,7 @@ fn trial(
         father: None,
         graph,
     };
-    let Some(ToGroup::Registered { model_id }) = timed(p, band, 0, g, reg) else {
+    let Some(model_id) = timed((p, evict), band, 0, g, reg).model_id else {
         return false;
     };
     let suggest = ToPrimary::Suggest {
@@ -160,7 +236,9 @@ fn trial(
         round: 0,
         father: None,
     };
-    timed(p, band, 1, g, suggest);
+    // The trial reports the hyperparameters it was given, as a leader does: TPE's work
+    // depends on what it observed.
+    let h = timed((p, evict), band, 1, g, suggest).hparams.unwrap_or(h);
     for epoch in 0..epochs {
         let msg = ToPrimary::Progress {
             group,
@@ -169,7 +247,7 @@ fn trial(
             val_accuracy: 0.5,
             ops: 1,
         };
-        timed(p, band, 2, g, msg);
+        timed((p, evict), band, 2, g, msg);
     }
     let msg = ToPrimary::Result {
         group,
@@ -180,7 +258,7 @@ fn trial(
         hparams: h,
         failed: false,
     };
-    timed(p, band, 3, g, msg);
+    timed((p, evict), band, 3, g, msg);
     true
 }
 
@@ -240,25 +318,42 @@ fn main() {
         )
         .expect("hello");
     }
+    let mut evict = Evictor::from_env();
     let (mut done, mut band, mut band_start, mut cpu0) =
         (0usize, Band::default(), 0usize, process_cpu_s());
-    let mut g = 0usize;
+    let (mut g, mut noise) = (0usize, ChaCha8Rng::seed_from_u64(7));
     for &edge in &bands {
         while done < edge {
-            let accuracy = 0.5 + 0.4 * (done as f64 / history as f64);
-            if !trial(&mut p, &mut band, (g, proposer.next(g)), epochs, accuracy) {
+            // Rising with the search, and noisy as trained models' are: TPE sorts its
+            // observations by loss, and sorting costs more when they arrive out of order.
+            let accuracy =
+                0.5 + 0.4 * (done as f64 / history as f64) + noise.random_range(-0.05..0.05);
+            if !trial(
+                (&mut p, &mut evict),
+                &mut band,
+                (g, proposer.next(g)),
+                epochs,
+                accuracy,
+            ) {
                 continue;
             }
             done += 1;
             g = (g + 1) % groups;
         }
-        report(groups, band_start, edge, &band, process_cpu_s() - cpu0);
+        let caches = if evict.is_some() { "cold" } else { "hot" };
+        report(
+            (groups, caches),
+            band_start,
+            edge,
+            &band,
+            process_cpu_s() - cpu0,
+        );
         (band, band_start, cpu0) = (Band::default(), edge, process_cpu_s());
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-fn report(groups: usize, from: usize, to: usize, b: &Band, cpu: f64) {
+fn report((groups, caches): (usize, &str), from: usize, to: usize, b: &Band, cpu: f64) {
     let us = |k: usize| 1e6 * b.seconds[k] / b.count[k].max(1) as f64;
     let per_trial: f64 = (0..4).map(|k| b.seconds[k]).sum::<f64>() / b.count[3].max(1) as f64;
     let cpu_us = |k: usize| 1e6 * b.cpu[k] / b.count[k].max(1) as f64;
@@ -267,7 +362,7 @@ fn report(groups: usize, from: usize, to: usize, b: &Band, cpu: f64) {
         .chain((0..4).map(|k| format!("\"{}_cpu_us\":{:.1}", KINDS[k], cpu_us(k))))
         .collect();
     println!(
-        "{{\"what\":\"primary\",\"groups\":{groups},\"history_from\":{from},\"history_to\":{to},\"trials\":{},{},\"trial_cpu_s\":{per_trial:.6},\"result_reply_bytes\":{},\"largest_reply_bytes\":{},\"band_cpu_s\":{cpu:.3}}}",
+        "{{\"what\":\"primary\",\"groups\":{groups},\"caches\":\"{caches}\",\"history_from\":{from},\"history_to\":{to},\"trials\":{},{},\"trial_cpu_s\":{per_trial:.6},\"result_reply_bytes\":{},\"largest_reply_bytes\":{},\"band_cpu_s\":{cpu:.3}}}",
         b.count[3],
         fields.join(","),
         b.reply_bytes / b.count[3].max(1),

@@ -41,12 +41,13 @@ fn log() -> String {
     )
 }
 
-/// Two bands of the bench: 1 trial at the first band's costs, 3 at the second's.
-fn bench_rows() -> String {
-    let row = |from: u32, to: u32, trials: u32, scale: f64, reply: u64| {
+/// One repetition of the bench with `caches`: two bands, 1 trial then 3, at the first
+/// band's costs times `scale` (the second band's also times `scale`).
+fn repetition(caches: &str, scale: f64) -> String {
+    let row = |from: u32, to: u32, trials: u32, reply: u64| {
         serde_json::json!({
-            "what": "primary", "groups": 2, "history_from": from, "history_to": to,
-            "trials": trials,
+            "what": "primary", "groups": 2, "caches": caches, "history_from": from,
+            "history_to": to, "trials": trials,
             "register_us": 9e9, "suggest_us": 9e9, "progress_us": 9e9, "result_us": 9e9,
             "register_cpu_us": 100.0 * scale, "suggest_cpu_us": 100.0 * scale,
             "progress_cpu_us": 25.0 * scale, "result_cpu_us": 2000.0 * scale,
@@ -55,11 +56,14 @@ fn bench_rows() -> String {
         })
         .to_string()
     };
-    format!(
-        "{}\n{}\n",
-        row(0, 1, 1, 1.0, 300_000),
-        row(1, 4, 3, 1.0, 500_000)
-    )
+    format!("{}\n{}\n", row(0, 1, 1, 300_000), row(1, 4, 3, 500_000))
+}
+
+/// The bench warm at 1x and 1.5x, cold at 2.5x: the run (2x) lies between.
+fn bench_rows() -> String {
+    [("hot", 1.0), ("cold", 2.5), ("hot", 1.5)]
+        .map(|(c, s)| repetition(c, s))
+        .concat()
 }
 
 fn run(log: &str, bench: &str) -> std::process::Output {
@@ -91,42 +95,82 @@ fn the_bench_is_sized_from_the_run() {
     assert_eq!(out.status.code(), Some(1));
 }
 
-#[test]
-fn the_run_against_the_bench_is_a_ratio_per_kind_and_per_trial() {
-    let out = run(&log(), &bench_rows());
+fn last_json(out: &std::process::Output) -> serde_json::Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let last = stdout.lines().last().unwrap();
-    let v: serde_json::Value = serde_json::from_str(last).unwrap();
+    serde_json::from_str(stdout.lines().last().unwrap()).unwrap()
+}
+
+#[test]
+fn the_run_is_held_to_the_bench_range_from_warm_to_cold() {
+    let out = run(&log(), &bench_rows());
+    let v = last_json(&out);
     // The run's figures are read back from its cost line.
     assert_eq!(v["run"]["result_cpu_us"], 4000.0);
     assert_eq!(v["run"]["progress_requests"], 4);
     assert_eq!(v["run"]["duplicate_requests"], 2);
     assert_eq!(v["run"]["decode_us"], 12.5);
     assert_eq!(v["run"]["history"], 2);
-    // The bench's CPU figures (not its wall figures) weighted by trials: 0.25 x 300 kB +
-    // 0.75 x 500 kB.
-    assert_eq!(v["bench"]["result_cpu_us"], 2000.0);
-    assert_eq!(v["bench"]["reply_bytes"], 450_000.0);
-    // Every kind costs the run twice what it costs the bench.
-    for kind in ["register", "suggest", "progress", "result"] {
-        assert_eq!(v["ratios"][format!("{kind}_cpu_us")], 2.0, "{kind}");
-    }
-    assert_eq!(v["ratios"]["reply_bytes"], 2.0);
-    // The run's mix priced at the bench's costs: (2x100 + 2x100 + 4x25 + 2x2000) / 2 us;
-    // the run's own trial leaves its duplicates out (the bench's groups make none).
-    assert_eq!(v["bench_trial_ms_at_run_mix"], 2.25);
-    assert_eq!(v["run"]["trial_ms"], 4.5);
-    assert_eq!(v["ratios"]["trial_ms"], 2.0);
-    let table = stdout.lines().rev().nth(1).unwrap();
-    assert!(
-        table.contains("2 duplicates at 1500 us (1.50 ms per trial)"),
-        "{table}"
+    // The bench's CPU figures (not its wall figures), each repetition's bands weighted by
+    // trials; least, median and most over the repetitions of each cache state.
+    let f = &v["figures"];
+    assert_eq!(
+        f["result_cpu_us"]["warm"],
+        serde_json::json!([2000.0, 3000.0, 3000.0])
     );
+    assert_eq!(
+        f["result_cpu_us"]["cold"],
+        serde_json::json!([5000.0, 5000.0, 5000.0])
+    );
+    // 0.25 x 300 kB + 0.75 x 500 kB.
+    assert_eq!(f["reply_bytes"]["warm"][0], 450_000.0);
+    // The run's mix priced at the bench's warm costs: (2x100 + 2x100 + 4x25 + 2x2000) / 2
+    // us; the run's own trial leaves its duplicates out (the bench's groups make none).
+    assert_eq!(f["trial_ms"]["warm"][0], 2.25);
+    assert_eq!(f["trial_ms"]["run"], 4.5);
+    // Twice the warm bench, under the cold one: every figure agrees; the reply (2x the
+    // bench's) does not.
+    for kind in ["register", "suggest", "progress", "result"] {
+        assert_eq!(v["agrees"][format!("{kind}_cpu_us")], true, "{kind}");
+    }
+    assert_eq!(v["agrees"]["trial_ms"], true);
+    assert_eq!(v["agrees"]["reply_bytes"], false);
+    assert_eq!(v["all_agree"], false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("2 duplicates at 1500 us (1.50 ms per trial)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("the run DISAGREES with the bench: reply_bytes"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_run_outside_the_range_disagrees_and_says_which_way() {
+    // The bench warm only: the run's 2x is above its most.
+    let out = run(&log(), &repetition("hot", 1.0).repeat(2));
+    let v = last_json(&out);
+    assert_eq!(v["agrees"]["result_cpu_us"], false);
+    assert!(v["figures"]["result_cpu_us"]["cold"].is_null());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("above cold"), "{stdout}");
+    // Cold costs only, above the run: below the least.
+    let out = run(&log(), &repetition("cold", 3.0));
+    let v = last_json(&out);
+    assert_eq!(v["agrees"]["suggest_cpu_us"], false);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("below warm"));
+    // A bench whose replies are the largest agrees on bytes.
+    let out = run(
+        &log(),
+        &repetition("cold", 1.0).replace("500000", "2000000"),
+    );
+    assert_eq!(last_json(&out)["agrees"]["reply_bytes"], true);
 }
 
 #[test]
