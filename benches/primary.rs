@@ -15,7 +15,10 @@
 //! its wall time is what bounds the request rate; also the serving thread's CPU time, which a
 //! run's last "primary:" line gives per kind), the mean and largest bytes of the Result
 //! replies, which carry what changed in the view since the group's last, and the process's
-//! CPU seconds over the band (which include generating the architectures).
+//! CPU seconds over the band (which include generating the architectures and, with
+//! CACHES=cold, the evictions). The evictions leave the buffer's lines dirty, so a request
+//! also pays for writing them back, as one does after the node's other ranks wrote to
+//! memory. `trial_cpu_s` is the wall time of a trial's requests (one thread, never asleep).
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -197,10 +200,12 @@ fn timed(
         _ => Kept::default(),
     };
     // As the serve loop does: the reply encoded, then released (a Result's carries the
-    // models that entered the view) before the clock is read.
-    let bytes = reply.map_or(0, |r| encode(&r).len());
+    // models that entered the view) before the clock is read; the encoded bytes after it
+    // (the loop sends them).
+    let encoded = reply.map(|r| encode(&r));
     band.seconds[kind] += t.elapsed().as_secs_f64();
     band.cpu[kind] += thread_cpu_s() - cpu;
+    let bytes = encoded.map_or(0, |b| b.len());
     band.count[kind] += 1;
     if kind == 3 {
         band.reply_bytes += bytes as u64;
@@ -262,6 +267,43 @@ fn trial(
     true
 }
 
+/// A primary writing `primary.h5` in `dir`, serving `groups` groups (leaders at world ranks
+/// 1..=groups), each of which has said hello.
+fn primary(dir: &std::path::Path, groups: usize) -> Primary<PrimaryWriter> {
+    let writer = PrimaryWriter::create(
+        &aiperf_records::folder::held_by(dir, "aiperf primary bench").expect("claim"),
+        &meta(groups as u32),
+    )
+    .expect("primary.h5");
+    let defaults = Hparams {
+        batch_size: 64,
+        kernel_size: 3,
+    };
+    let mut p = Primary::new(
+        writer,
+        PrimaryConfig {
+            leaders: (1..=groups).collect(),
+            space: Space::default(),
+            defaults,
+            seed: 1,
+            deadline_s: f64::INFINITY,
+            stop_after_epochs: None,
+            stop_after_trials: None,
+            view_bound: aiperf::search::bayes::MAX_FIT,
+        },
+    )
+    .expect("a primary");
+    for g in 0..groups {
+        let hello = ToPrimary::Hello {
+            group: g as u32,
+            ranks: 8,
+            host: "n".into(),
+        };
+        p.handle(g as i32 + 1, hello, 0.0, false).expect("hello");
+    }
+    p
+}
+
 fn main() {
     let groups: usize = env_or("PAPER_GROUPS", 512);
     let history: usize = env_or("HISTORY", 5000);
@@ -272,29 +314,7 @@ fn main() {
         .collect();
     bands.push(history);
     let dir = std::env::temp_dir().join(format!("aiperf-bench-primary-{}", std::process::id()));
-    let writer = PrimaryWriter::create(
-        &aiperf_records::folder::held_by(&dir, "aiperf primary bench").expect("claim"),
-        &meta(groups as u32),
-    )
-    .expect("primary.h5");
-    let h = Hparams {
-        batch_size: 64,
-        kernel_size: 3,
-    };
-    let mut p = Primary::new(
-        writer,
-        PrimaryConfig {
-            leaders: (1..=groups).collect(),
-            space: Space::default(),
-            defaults: h,
-            seed: 1,
-            deadline_s: f64::INFINITY,
-            stop_after_epochs: None,
-            stop_after_trials: None,
-            view_bound: aiperf::search::bayes::MAX_FIT,
-        },
-    )
-    .expect("a primary");
+    let mut p = primary(&dir, groups);
     let start = resnet50(Shape::new(3, 224, 224), 1000);
     let mut proposer = Proposer {
         current: vec![start.clone(); groups],
@@ -305,20 +325,8 @@ fn main() {
             .map(|d| replayed(&d))
             .unwrap_or_default(),
     };
-    for g in 0..groups {
-        p.handle(
-            g as i32 + 1,
-            ToPrimary::Hello {
-                group: g as u32,
-                ranks: 8,
-                host: "n".into(),
-            },
-            0.0,
-            false,
-        )
-        .expect("hello");
-    }
     let mut evict = Evictor::from_env();
+    let caches = if evict.is_some() { "cold" } else { "hot" };
     let (mut done, mut band, mut band_start, mut cpu0) =
         (0usize, Band::default(), 0usize, process_cpu_s());
     let (mut g, mut noise) = (0usize, ChaCha8Rng::seed_from_u64(7));
@@ -328,26 +336,15 @@ fn main() {
             // observations by loss, and sorting costs more when they arrive out of order.
             let accuracy =
                 0.5 + 0.4 * (done as f64 / history as f64) + noise.random_range(-0.05..0.05);
-            if !trial(
-                (&mut p, &mut evict),
-                &mut band,
-                (g, proposer.next(g)),
-                epochs,
-                accuracy,
-            ) {
+            let (server, proposal) = ((&mut p, &mut evict), (g, proposer.next(g)));
+            if !trial(server, &mut band, proposal, epochs, accuracy) {
                 continue;
             }
             done += 1;
             g = (g + 1) % groups;
         }
-        let caches = if evict.is_some() { "cold" } else { "hot" };
-        report(
-            (groups, caches),
-            band_start,
-            edge,
-            &band,
-            process_cpu_s() - cpu0,
-        );
+        let cpu = process_cpu_s() - cpu0;
+        report((groups, caches), band_start, edge, &band, cpu);
         (band, band_start, cpu0) = (Band::default(), edge, process_cpu_s());
     }
     let _ = std::fs::remove_dir_all(&dir);

@@ -159,12 +159,14 @@ fn a_run_outside_the_range_disagrees_and_says_which_way() {
     assert_eq!(v["agrees"]["result_cpu_us"], false);
     assert!(v["figures"]["result_cpu_us"]["cold"].is_null());
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("above cold"), "{stdout}");
+    assert!(stdout.contains("above the most"), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no cold repetition (CACHES=cold)"));
     // Cold costs only, above the run: below the least.
     let out = run(&log(), &repetition("cold", 3.0));
     let v = last_json(&out);
     assert_eq!(v["agrees"]["suggest_cpu_us"], false);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("below warm"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("below the least"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no warm repetition (CACHES=hot)"));
     // A bench whose replies are the largest agrees on bytes.
     let out = run(
         &log(),

@@ -23,6 +23,7 @@ fn every_markdown_file_of_the_repository_is_read() {
         "docs/reviewer.md",
         "docs/scaling.md",
         "docs/performance.md",
+        "docs/primary-measurements.md",
         "results/README.md",
         "mpi-launch/README.md",
         "data-prep/README.md",

@@ -131,6 +131,10 @@ def main(argv):
         for f in figs:
             f["trial_ms"] = sum(run[f"{k}_requests"] * f[f"{k}_cpu_us"] for k in KINDS) / results / 1e3
     first = (bench["hot"] or bench["cold"])[0]
+    for caches, name in [("hot", "warm"), ("cold", "cold")]:
+        if not bench[caches]:
+            print(f"{argv[2]}: no {name} repetition (CACHES={caches}): the range is the "
+                  f"{'cold' if caches == 'hot' else 'warm'} repetitions' alone", file=sys.stderr)
     print(f"run: {run['history']} models; bench: {first['groups']} groups to {first['history']} "
           f"models, {len(bench['hot'])} warm and {len(bench['cold'])} cold repetitions")
     print(f"{'':>18} {'run':>9} {'bench warm':>17} {'bench cold':>17} {'/warm':>6} {'/cold':>6}  verdict")
@@ -143,7 +147,7 @@ def main(argv):
             ok, why = run[key] <= high, "at most the bench's" if run[key] <= high else "above the bench's"
         else:
             ok = low <= run[key] <= high
-            why = "within" if ok else ("below warm" if run[key] < low else "above cold")
+            why = "within" if ok else ("below the least" if run[key] < low else "above the most")
         verdicts[key] = ok
         cols = [f"{num(x[0]):>8}-{num(x[2]):<8}" if x else f"{'-':>17}" for x in (hot, cold)]
         ratio = [f"{run[key] / x[1]:>6.2f}" if x and x[1] > 0 else f"{'-':>6}" for x in (hot, cold)]
